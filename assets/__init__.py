@@ -1,0 +1,1 @@
+"""Dagster assets, one module per pipeline stage, partitioned by language."""

@@ -1,0 +1,1 @@
+"""Corpus operations as plain streaming functions over files (no Dagster here)."""

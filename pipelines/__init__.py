@@ -1,0 +1,1 @@
+"""The Dagster code location: resources, jobs, schedules, sensors and the one Definitions."""

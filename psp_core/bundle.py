@@ -1,0 +1,182 @@
+"""Model bundles: a directory with ``config.json``, ``sentencepiece.model`` and
+``embeddings.safetensors`` (float32 ``[vocab_size, dim]`` under the key ``embeddings``).
+
+Nothing is pickled. Loading checks every file against ``config.json`` (spm sha256, vocabulary
+size, table shape and dtype) and names the file and the problem when something is off.
+Saving writes a temporary directory and renames it into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sentencepiece as spm
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+
+from psp_core.tokenizer import PRETOKENIZERS
+
+BUNDLE_FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+SPM_FILE = "sentencepiece.model"
+EMBEDDINGS_FILE = "embeddings.safetensors"
+EMBEDDINGS_KEY = "embeddings"
+
+
+class BundleError(ValueError):
+    """A model bundle is missing, incomplete or inconsistent."""
+
+
+@dataclass
+class BundleConfig:
+    """What ``config.json`` holds."""
+
+    dim: int
+    vocab_size: int
+    spm_sha256: str
+    lowercase: bool = True
+    pretokenizer: str = "none"
+    max_length: int = 100
+    languages: list[str] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+    format_version: int = BUNDLE_FORMAT_VERSION
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: Path) -> BundleConfig:
+        required = ("dim", "vocab_size", "spm_sha256", "format_version")
+        missing = [key for key in required if key not in data]
+        if missing:
+            raise BundleError(f"{source}: missing keys {missing}")
+        if data["format_version"] != BUNDLE_FORMAT_VERSION:
+            raise BundleError(
+                f"{source}: format_version {data['format_version']}, "
+                f"this psp_core reads {BUNDLE_FORMAT_VERSION}"
+            )
+        known = {f for f in cls.__dataclass_fields__}
+        config = cls(**{key: value for key, value in data.items() if key in known})
+        config.validate(source)
+        return config
+
+    def validate(self, source: Path | str) -> None:
+        """Check every value's type and range; raise :class:`BundleError` naming ``source``."""
+
+        def fail(key: str, expected: str) -> None:
+            raise BundleError(f"{source}: {key} must be {expected}, got {getattr(self, key)!r}")
+
+        for key in ("dim", "vocab_size", "max_length", "format_version"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                fail(key, "an integer")
+        if self.dim < 1 or self.vocab_size < 1:
+            fail("dim" if self.dim < 1 else "vocab_size", "a positive integer")
+        if not isinstance(self.lowercase, bool):
+            fail("lowercase", "true or false")
+        if not isinstance(self.spm_sha256, str):
+            fail("spm_sha256", "a string")
+        if self.pretokenizer not in PRETOKENIZERS:
+            fail("pretokenizer", f"one of {list(PRETOKENIZERS)}")
+        if not isinstance(self.languages, list) or not all(
+            isinstance(x, str) for x in self.languages
+        ):
+            fail("languages", "a list of language codes")
+        if not isinstance(self.training, dict):
+            fail("training", "an object")
+
+
+def _replace_directory(tmp: Path, final: Path) -> None:
+    old = final.with_name(final.name + f".old-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_bundle(
+    directory: str | Path, embeddings: np.ndarray, spm_proto: bytes, config: BundleConfig
+) -> Path:
+    """Write a bundle atomically; returns its path."""
+    directory = Path(directory)
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    expected = (config.vocab_size, config.dim)
+    if embeddings.shape != expected:
+        raise BundleError(f"embeddings have shape {embeddings.shape}, config says {expected}")
+    if hashlib.sha256(spm_proto).hexdigest() != config.spm_sha256:
+        raise BundleError("config.spm_sha256 does not match the sentencepiece model given")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    (tmp / SPM_FILE).write_bytes(spm_proto)
+    save_file({EMBEDDINGS_KEY: embeddings}, str(tmp / EMBEDDINGS_FILE))
+    (tmp / CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2, sort_keys=True) + "\n")
+    _replace_directory(tmp, directory)
+    return directory
+
+
+def read_config(directory: str | Path) -> BundleConfig:
+    path = Path(directory) / CONFIG_FILE
+    if not Path(directory).is_dir():
+        raise BundleError(f"model bundle {directory} is not a directory")
+    if not path.is_file():
+        raise BundleError(f"{path} is missing: not a psp model bundle")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise BundleError(f"{path}: not valid JSON ({error})") from error
+    if not isinstance(data, dict):
+        raise BundleError(f"{path}: expected a JSON object")
+    return BundleConfig.from_dict(data, path)
+
+
+def load_bundle(directory: str | Path) -> tuple[BundleConfig, bytes, np.ndarray]:
+    """Read and validate a bundle: returns (config, sentencepiece model bytes, embeddings)."""
+    directory = Path(directory)
+    config = read_config(directory)
+
+    spm_path = directory / SPM_FILE
+    if not spm_path.is_file():
+        raise BundleError(f"{spm_path} is missing")
+    spm_proto = spm_path.read_bytes()
+    digest = hashlib.sha256(spm_proto).hexdigest()
+    if digest != config.spm_sha256:
+        raise BundleError(
+            f"{spm_path}: sha256 {digest[:12]}... does not match config.json's "
+            f"{config.spm_sha256[:12]}...; the tokenizer is not the one the model was trained with"
+        )
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(spm_proto)
+    except (RuntimeError, OSError) as error:
+        raise BundleError(f"{spm_path}: not a sentencepiece model ({error})") from error
+    if processor.GetPieceSize() != config.vocab_size:
+        raise BundleError(
+            f"{spm_path}: {processor.GetPieceSize()} pieces, config.json says vocab_size "
+            f"{config.vocab_size}"
+        )
+
+    emb_path = directory / EMBEDDINGS_FILE
+    if not emb_path.is_file():
+        raise BundleError(f"{emb_path} is missing")
+    try:
+        tensors = load_file(str(emb_path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise BundleError(f"{emb_path}: unreadable or truncated ({error})") from error
+    if EMBEDDINGS_KEY not in tensors:
+        raise BundleError(f"{emb_path}: no tensor named {EMBEDDINGS_KEY!r}")
+    embeddings = tensors[EMBEDDINGS_KEY]
+    expected = (config.vocab_size, config.dim)
+    if embeddings.shape != expected:
+        raise BundleError(
+            f"{emb_path}: embeddings have shape {embeddings.shape}, expected {expected} "
+            f"(vocab_size, dim) from config.json"
+        )
+    if embeddings.dtype != np.float32:
+        raise BundleError(f"{emb_path}: embeddings are {embeddings.dtype}, expected float32")
+    return config, spm_proto, embeddings

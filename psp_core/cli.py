@@ -1,0 +1,251 @@
+"""The ``psp`` command line: embed, score, train, info."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import MISSING, fields
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from psp_core.bundle import BundleError, read_config
+from psp_core.model import load_model
+from psp_core.training import NonFiniteLossError, TrainConfig, train
+from psp_core.training_file import TrainingFileError
+
+log = logging.getLogger("psp")
+
+CHUNK_LINES = 100_000
+
+
+class CliError(Exception):
+    """A user error: printed as ``psp: error: ...`` with exit code 2."""
+
+
+def _require_file(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise CliError(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise CliError(f"{what} {path} is not a file")
+    return path
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` without the newline; invalid UTF-8 is a CliError."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise CliError(f"{path}:{number}: not valid UTF-8 ({error.reason})") from error
+            yield number, text.rstrip("\r\n")
+
+
+def read_pairs(path: Path) -> Iterator[tuple[str, str]]:
+    for number, text in read_lines(path):
+        fields_ = text.split("\t")
+        if len(fields_) < 2:
+            raise CliError(f"{path}:{number}: no tab; expected sentence1<TAB>sentence2")
+        if len(fields_) > 2:
+            raise CliError(
+                f"{path}:{number}: {len(fields_)} tab-separated fields; expected exactly two "
+                "(sentence1<TAB>sentence2)"
+            )
+        yield fields_[0], fields_[1]
+
+
+def _chunks(iterator, size):
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def cmd_embed(args: argparse.Namespace) -> None:
+    source = _require_file(Path(args.sentence_file), "sentence file")
+    model = load_model(args.model, num_threads=args.threads)
+    count = sum(1 for _ in read_lines(source))
+    output = Path(args.output_file)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(output)
+    array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, model.dim))
+    try:
+        done = 0
+        for chunk in _chunks((text for _, text in read_lines(source)), CHUNK_LINES):
+            array[done : done + len(chunk)] = model.embed(
+                chunk, batch_size=args.batch_size, normalize=args.normalize
+            )
+            done += len(chunk)
+        array.flush()
+        del array
+        os.replace(tmp, output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    log.info("wrote %d x %d embeddings to %s", count, model.dim, output)
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    source = _require_file(Path(args.sentence_pair_file), "sentence pair file")
+    model = load_model(args.model, num_threads=args.threads)
+    output = Path(args.output_file) if args.output_file else None
+    tmp = _temporary(output) if output else None
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(tmp, "w", encoding="utf-8") if tmp else sys.stdout
+    try:
+        for chunk in _chunks(read_pairs(source), CHUNK_LINES):
+            scores = model.score(chunk, batch_size=args.batch_size)
+            handle.writelines(
+                f"{first}\t{second}\t{score:.6f}\n"
+                for (first, second), score in zip(chunk, scores, strict=True)
+            )
+        if tmp:
+            handle.close()
+            os.replace(tmp, output)
+    except BaseException:
+        if tmp:
+            handle.close()
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    _require_file(Path(args.data), "training file")
+    _require_file(Path(args.spm), "sentencepiece model")
+    config = TrainConfig(**{name: getattr(args, name) for name in _train_config_fields()})
+    evaluator = None
+    if args.dev_sts:
+        from psp_core.evaluation import StsEvaluator
+
+        evaluator = StsEvaluator(_require_file(Path(args.dev_sts), "dev STS file"))
+    result = train(
+        args.data,
+        args.spm,
+        args.output,
+        config,
+        dev_evaluator=evaluator,
+        checkpoint_dir=args.checkpoint_dir,
+        resume=not args.no_resume,
+        keep_checkpoint=args.keep_checkpoint,
+        pretokenizer=args.pretokenizer,
+        lowercase=not args.no_lowercase,
+        max_length=args.max_length,
+    )
+    print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    config = read_config(args.model)
+    model = load_model(args.model)
+    summary = {
+        "path": str(Path(args.model).resolve()),
+        "dim": model.dim,
+        "vocab_size": model.vocab_size,
+        "languages": config.languages,
+        "lowercase": config.lowercase,
+        "pretokenizer": config.pretokenizer,
+        "max_length": config.max_length,
+        "spm_sha256": config.spm_sha256,
+        "format_version": config.format_version,
+        "training": {k: v for k, v in config.training.items() if k != "history"},
+    }
+    print(json.dumps(summary, indent=2))
+
+
+_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "str | None": str}
+
+
+def _train_config_fields():
+    return [f.name for f in fields(TrainConfig)]
+
+
+def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="training HDF5")
+    parser.add_argument(
+        "--spm", required=True, help="sentencepiece model the data was encoded with"
+    )
+    parser.add_argument("--output", required=True, help="model bundle directory to write")
+    parser.add_argument("--dev-sts", help="STS file (gold<TAB>s1<TAB>s2) for model selection")
+    parser.add_argument("--checkpoint-dir", help="default: <output>.checkpoint")
+    parser.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
+    parser.add_argument("--keep-checkpoint", action="store_true")
+    parser.add_argument("--pretokenizer", choices=["none", "jieba"], default=None)
+    parser.add_argument("--no-lowercase", action="store_true")
+    parser.add_argument("--max-length", type=int, default=100)
+    group = parser.add_argument_group("hyperparameters (defaults: the paper's)")
+    for field in fields(TrainConfig):
+        default = field.default if field.default is not MISSING else None
+        group.add_argument(
+            "--" + field.name.replace("_", "-"),
+            dest=field.name,
+            type=_TYPES[field.type],
+            default=default,
+            help=f"default: {default}",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="psp", description="P-SP sentence embeddings")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    embed = commands.add_parser("embed", help="embed one sentence per line into a .npy file")
+    embed.add_argument("--sentence-file", required=True)
+    embed.add_argument("--model", required=True, help="model bundle directory")
+    embed.add_argument("--output-file", required=True, help="a .npy file, float32 [n, dim]")
+    embed.add_argument("--batch-size", type=int, default=64)
+    embed.add_argument("--normalize", action="store_true", help="unit-length vectors")
+    embed.add_argument("--threads", type=int, default=1, help="tokenizer threads")
+    embed.set_defaults(handler=cmd_embed)
+
+    score = commands.add_parser("score", help="cosine similarity of s1<TAB>s2 lines")
+    score.add_argument("--sentence-pair-file", required=True)
+    score.add_argument("--model", required=True)
+    score.add_argument("--output-file", help="default: standard output")
+    score.add_argument("--batch-size", type=int, default=64)
+    score.add_argument("--threads", type=int, default=1)
+    score.set_defaults(handler=cmd_score)
+
+    train_parser = commands.add_parser("train", help="train a model on a training HDF5")
+    _add_train_arguments(train_parser)
+    train_parser.set_defaults(handler=cmd_train)
+
+    info = commands.add_parser("info", help="describe a model bundle")
+    info.add_argument("model")
+    info.set_defaults(handler=cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        args.handler(args)
+    except (
+        CliError,
+        BundleError,
+        TrainingFileError,
+        NonFiniteLossError,
+        FileNotFoundError,
+        ValueError,
+    ) as error:
+        print(f"psp: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

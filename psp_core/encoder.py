@@ -1,0 +1,67 @@
+"""The P-SP sentence encoder: the mean of a sentence's sentencepiece embeddings.
+
+``g(s) = mean_i E[id_i]``, computed by ``nn.EmbeddingBag(mode="mean")`` over flat ids plus
+offsets (no padding, no Python loop over sentences). One table is shared by both languages; it is
+the model's only parameter.
+
+Dropout (training only) is applied to the individual piece embeddings before the mean, as in the
+reference implementation. EmbeddingBag returns only the mean, so with dropout > 0 the training
+path looks the rows up with ``F.embedding``, drops out, and averages with ``index_add_``; it uses
+the same weight and gives sparse gradients just the same.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MeanEmbeddingEncoder(nn.Module):
+    """Mean-of-embeddings encoder over flat ids + offsets.
+
+    Args:
+        vocab_size: number of sentencepiece pieces.
+        dim: embedding dimension (the paper uses 1024).
+        dropout: dropout probability on piece embeddings while training.
+        sparse: produce sparse gradients (for a lazy/sparse Adam).
+    """
+
+    def __init__(self, vocab_size: int, dim: int, *, dropout: float = 0.0, sparse: bool = False):
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.bag = nn.EmbeddingBag(vocab_size, dim, mode="mean", sparse=sparse)
+        self.dropout = dropout
+        self.sparse = sparse
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.bag.weight
+
+    @property
+    def vocab_size(self) -> int:
+        return self.bag.num_embeddings
+
+    @property
+    def dim(self) -> int:
+        return self.bag.embedding_dim
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Initialise the table from N(0, 1), like ``nn.Embedding``, from ``generator``."""
+        with torch.no_grad():
+            self.bag.weight.normal_(0.0, 1.0, generator=generator)
+
+    def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """Embed sentences given as flat ``ids`` and ``offsets`` (``n + 1`` entries, last = len)."""
+        starts = offsets[:-1]
+        if not (self.training and self.dropout > 0.0):
+            return self.bag(ids, starts)
+        lengths = offsets[1:] - starts
+        rows = F.embedding(ids, self.bag.weight, sparse=self.sparse)
+        rows = F.dropout(rows, p=self.dropout, training=True)
+        sentence_of = torch.repeat_interleave(
+            torch.arange(len(lengths), device=ids.device), lengths
+        )
+        sums = rows.new_zeros(len(lengths), rows.shape[1]).index_add_(0, sentence_of, rows)
+        return sums / lengths.clamp(min=1).unsqueeze(1).to(sums.dtype)

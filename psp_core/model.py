@@ -1,0 +1,130 @@
+"""The inference API: ``load_model(path)``, ``model.embed(...)``, ``model.score(...)``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from psp_core.bundle import BundleConfig, load_bundle, save_bundle
+from psp_core.tokenizer import Tokenizer
+
+_TOKENIZE_BLOCK = 8192
+
+
+class PSPModel:
+    """A trained P-SP model: a tokenizer and an embedding table.
+
+    Use :func:`load_model` to read one from a bundle directory.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, embeddings: np.ndarray, config: BundleConfig):
+        if embeddings.shape != (tokenizer.vocab_size, config.dim):
+            raise ValueError(
+                f"embedding table {embeddings.shape} does not fit vocabulary "
+                f"{tokenizer.vocab_size} x dim {config.dim}"
+            )
+        self.tokenizer = tokenizer
+        self.config = config
+        self.weight = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def save(self, directory: str | Path) -> Path:
+        return save_bundle(directory, self.weight.numpy(), self.tokenizer.model_proto, self.config)
+
+    @torch.inference_mode()
+    def embed_ids(self, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Mean embeddings of already tokenized sentences (flat ids + offsets)."""
+        if len(offsets) <= 1:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        result = F.embedding_bag(
+            torch.from_numpy(ids), self.weight, torch.from_numpy(offsets[:-1]), mode="mean"
+        )
+        return result.numpy()
+
+    def embed(
+        self,
+        sentences: Sequence[str] | Iterable[str],
+        batch_size: int = 64,
+        normalize: bool = False,
+        show_progress_bar: bool = False,
+    ) -> np.ndarray:
+        """Embed sentences; returns float32 ``[n, dim]`` in input order.
+
+        Sentences are sorted by length and embedded ``batch_size`` at a time. An empty sentence
+        (or one with no pieces) gives a zero vector, also when ``normalize`` is set.
+        """
+        if isinstance(sentences, str):
+            raise TypeError("embed expects a list of sentences, not a single string")
+        sentences = list(sentences)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        output = np.zeros((len(sentences), self.dim), dtype=np.float32)
+        order = np.argsort(
+            np.fromiter(map(len, sentences), np.int64, len(sentences)), kind="stable"
+        )
+        block = max(_TOKENIZE_BLOCK - _TOKENIZE_BLOCK % batch_size, batch_size)
+        progress = tqdm(total=len(sentences), disable=not show_progress_bar, unit="sent")
+        for block_start in range(0, len(sentences), block):
+            block_index = order[block_start : block_start + block]
+            tokens = self.tokenizer.encode([sentences[i] for i in block_index])
+            for start in range(0, len(block_index), batch_size):
+                stop = min(start + batch_size, len(block_index))
+                low, high = tokens.offsets[start], tokens.offsets[stop]
+                output[block_index[start:stop]] = self.embed_ids(
+                    tokens.ids[low:high], tokens.offsets[start : stop + 1] - low
+                )
+                progress.update(stop - start)
+        progress.close()
+        if normalize:
+            norms = np.linalg.norm(output, axis=1, keepdims=True)
+            np.divide(output, norms, out=output, where=norms > 0)
+        return output
+
+    def score(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        batch_size: int = 64,
+        show_progress_bar: bool = False,
+    ) -> np.ndarray:
+        """Cosine similarity of each ``(s1, s2)`` pair; 0.0 when either side has no pieces."""
+        pairs = list(pairs)
+        for index, pair in enumerate(pairs):
+            if isinstance(pair, str) or not isinstance(pair, tuple | list):
+                raise TypeError(
+                    f"pair {index} is a {type(pair).__name__}, expected an (s1, s2) tuple"
+                )
+            if len(pair) != 2:
+                raise ValueError(f"pair {index} has {len(pair)} elements, expected 2")
+        left = self.embed([p[0] for p in pairs], batch_size, True, show_progress_bar)
+        right = self.embed([p[1] for p in pairs], batch_size, True, show_progress_bar)
+        return np.einsum("ij,ij->i", left, right).astype(np.float32)
+
+
+def load_model(path: str | Path, *, num_threads: int = 1) -> PSPModel:
+    """Load a model bundle directory (validated; see :mod:`psp_core.bundle`).
+
+    Args:
+        path: the bundle directory.
+        num_threads: sentencepiece threads used when tokenizing.
+    """
+    config, spm_proto, embeddings = load_bundle(path)
+    tokenizer = Tokenizer(
+        spm_proto,
+        lowercase=config.lowercase,
+        pretokenizer=config.pretokenizer,
+        max_length=config.max_length,
+        num_threads=num_threads,
+    )
+    return PSPModel(tokenizer, embeddings, config)

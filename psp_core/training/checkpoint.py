@@ -1,0 +1,162 @@
+"""Training checkpoints that resume exactly, without pickle.
+
+A checkpoint directory holds::
+
+    latest/            replaced atomically at each save
+        weights.safetensors     the embedding table
+        optimizer.safetensors   optimizer moments and the torch RNG state(s)
+        state.json              step, epoch, position in the epoch, history, best score,
+                                the optimizer's param groups, the config fingerprint
+    best.safetensors   the table of the best epoch so far (model selection)
+
+Everything a resumed run needs to continue as if never stopped is there: weights, optimizer
+state, RNG states, the data position and the step (which fixes the mega-batch size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+STATE_FILE = "state.json"
+WEIGHTS_FILE = "weights.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+BEST_FILE = "best.safetensors"
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint exists but was written by a run with different settings or data."""
+
+
+@dataclass
+class TrainingState:
+    step: int = 0
+    epoch: int = 0
+    position: int = 0
+    best_score: float | None = None
+    best_epoch: int | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    state_dict = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    meta: dict[str, Any] = {"param_groups": state_dict["param_groups"], "state": {}}
+    for param_id, param_state in state_dict["state"].items():
+        plain = {}
+        for key, value in param_state.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim.{param_id}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                plain[key] = value
+        meta["state"][str(param_id)] = plain
+    return tensors, meta
+
+
+def _optimizer_from_tensors(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict[str, Any]] = {
+        int(param_id): dict(plain) for param_id, plain in meta["state"].items()
+    }
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            _, param_id, key = name.split(".", 2)
+            state.setdefault(int(param_id), {})[key] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def _rng_tensors() -> dict[str, torch.Tensor]:
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{index}"] = cuda_state
+    return tensors
+
+
+def _restore_rng(tensors: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda_states = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
+    if cuda_states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda_states)
+
+
+class CheckpointStore:
+    """Save and restore training checkpoints in ``directory``."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.latest = self.directory / "latest"
+
+    def exists(self) -> bool:
+        return (self.latest / STATE_FILE).is_file()
+
+    def save(
+        self,
+        weight: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        state: TrainingState,
+        fingerprint: dict[str, Any],
+    ) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f"latest.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_file({"embeddings": weight.detach().cpu().contiguous()}, str(tmp / WEIGHTS_FILE))
+        optim_tensors, optim_meta = _optimizer_to_tensors(optimizer)
+        save_file({**optim_tensors, **_rng_tensors()}, str(tmp / OPTIMIZER_FILE))
+        payload = {"state": asdict(state), "optimizer": optim_meta, "fingerprint": fingerprint}
+        (tmp / STATE_FILE).write_text(json.dumps(payload, indent=1))
+        old = self.directory / f"latest.old-{os.getpid()}"
+        if self.latest.exists():
+            os.replace(self.latest, old)
+        os.replace(tmp, self.latest)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def restore(
+        self,
+        weight: torch.Tensor,
+        optimizer: torch.optim.Optimizer,
+        fingerprint: dict[str, Any],
+    ) -> TrainingState:
+        """Load the latest checkpoint into ``weight`` and ``optimizer``; returns the state."""
+        payload = json.loads((self.latest / STATE_FILE).read_text())
+        saved = payload["fingerprint"]
+        if saved != fingerprint:
+            differing = sorted(
+                key
+                for key in set(saved) | set(fingerprint)
+                if saved.get(key) != fingerprint.get(key)
+            )
+            raise CheckpointMismatchError(
+                f"checkpoint {self.latest} was written with different settings ({differing}); "
+                f"delete {self.directory} or train without resuming"
+            )
+        weights = load_file(str(self.latest / WEIGHTS_FILE))["embeddings"]
+        with torch.no_grad():
+            weight.copy_(weights.to(weight.device))
+        tensors = load_file(str(self.latest / OPTIMIZER_FILE))
+        optimizer.load_state_dict(_optimizer_from_tensors(tensors, payload["optimizer"]))
+        _restore_rng(tensors)
+        return TrainingState(**payload["state"])
+
+    def save_best(self, weight: torch.Tensor, epoch: int, score: float) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f"{BEST_FILE}.tmp-{os.getpid()}"
+        save_file(
+            {"embeddings": weight.detach().cpu().contiguous()},
+            str(tmp),
+            metadata={"epoch": str(epoch), "score": repr(score)},
+        )
+        os.replace(tmp, self.directory / BEST_FILE)
+
+    def load_best(self) -> torch.Tensor:
+        return load_file(str(self.directory / BEST_FILE))["embeddings"]
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)

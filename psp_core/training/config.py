@@ -1,0 +1,90 @@
+"""Training hyperparameters, with the paper's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+OPTIMIZERS = ("sparse", "dense")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a training run.
+
+    Attributes:
+        dim: embedding dimension (paper: 1024).
+        batch_size: pairs per mini-batch (paper: 128).
+        max_megabatch: largest mega-batch, in mini-batches (paper: 100 for ParaNMT, 60 or 100
+            for bitext).
+        anneal_every: the mega-batch grows by one every this many mini-batches, starting at 1
+            (paper: 150); 0 starts directly at ``max_megabatch``.
+        margin: the loss margin ``d`` (paper: 0.4).
+        dropout: dropout on piece embeddings while training (paper tunes 0.0, 0.1, 0.3).
+        lr: Adam learning rate (paper: 0.001).
+        grad_clip: gradient-norm clip (paper: 5); 0 disables it.
+        epochs: passes over the data (paper: 25).
+        seed: seeds initialisation, data order and dropout.
+        optimizer: ``"sparse"`` (lazy Adam on sparse gradients: only rows seen in the batch are
+            updated) or ``"dense"`` (exact Adam on the whole table).
+        negatives_from: ``"opposite"`` (bitext), ``"any"`` (paraphrase) or ``None`` to follow
+            the training file's ``kind``.
+        checkpoint_every: save a checkpoint at the first mega-batch boundary after this many
+            mini-batches (0: only at epoch ends).
+        shuffle_block: pairs per block when reshuffling between epochs (bounded memory: block
+            order and order within each block are permuted, seeded by ``seed`` and the epoch).
+        mining_chunk_rows: rows per similarity block in negative mining (bounds memory).
+        max_steps: stop after this many mini-batches in total (None: run all epochs).
+        device: ``"auto"`` (cuda if present, else cpu), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        num_threads: torch intra-op threads (None: torch's default).
+        log_every: log loss and pairs/s every this many mini-batches.
+    """
+
+    dim: int = 1024
+    batch_size: int = 128
+    max_megabatch: int = 100
+    anneal_every: int = 150
+    margin: float = 0.4
+    dropout: float = 0.0
+    lr: float = 0.001
+    grad_clip: float = 5.0
+    epochs: int = 25
+    seed: int = 1
+    optimizer: str = "sparse"
+    negatives_from: str | None = None
+    checkpoint_every: int = 1000
+    shuffle_block: int = 100_000
+    mining_chunk_rows: int = 2048
+    max_steps: int | None = None
+    device: str = "auto"
+    num_threads: int | None = None
+    log_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        positive = ("dim", "batch_size", "max_megabatch", "epochs", "shuffle_block")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.anneal_every < 0 or self.checkpoint_every < 0:
+            raise ValueError("anneal_every and checkpoint_every must be >= 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    # Fields that may change between a run and its resumption without changing the result.
+    RESUMABLE_CHANGES = (
+        "checkpoint_every",
+        "max_steps",
+        "device",
+        "num_threads",
+        "log_every",
+        "epochs",
+    )
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The fields a checkpoint must agree on to be resumed."""
+        return {k: v for k, v in self.to_dict().items() if k not in self.RESUMABLE_CHANGES}

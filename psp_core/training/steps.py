@@ -1,0 +1,114 @@
+"""One mega-batch of training: mine negatives once, then take a step per mini-batch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from psp_core.csr import TokenBatch
+from psp_core.encoder import MeanEmbeddingEncoder
+from psp_core.loss import margin_loss
+from psp_core.mining import mine_hard_negatives, sentence_hashes
+from psp_core.training.data import PairBatch
+from psp_core.training.optim import clip_gradient_norm
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    batch_size: int
+    margin: float
+    grad_clip: float
+    negatives_from: str
+    mining_chunk_rows: int
+    device: torch.device
+
+
+def encode(model: MeanEmbeddingEncoder, batch: TokenBatch, device: torch.device) -> torch.Tensor:
+    ids = torch.from_numpy(batch.ids).to(device, non_blocking=True)
+    offsets = torch.from_numpy(batch.offsets).to(device, non_blocking=True)
+    return model(ids, offsets)
+
+
+def _hashes(batch: TokenBatch, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(sentence_hashes(batch.ids, batch.offsets)).to(device)
+
+
+def train_megabatch(
+    model: MeanEmbeddingEncoder,
+    optimizer: torch.optim.Optimizer,
+    mega: PairBatch,
+    settings: StepSettings,
+    *,
+    first_step: int,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Train on one mega-batch; returns the loss of each mini-batch.
+
+    Negatives are mined once, with the parameters as they are at the start of the mega-batch
+    and without dropout, then every mini-batch takes one optimizer step.
+    """
+    device = settings.device
+    model.eval()
+    with torch.no_grad():
+        source_embeddings = encode(model, mega.source, device)
+        target_embeddings = encode(model, mega.target, device)
+    negatives = mine_hard_negatives(
+        source_embeddings,
+        target_embeddings,
+        _hashes(mega.source, device),
+        _hashes(mega.target, device),
+        negatives_from=settings.negatives_from,
+        chunk_rows=settings.mining_chunk_rows,
+    )
+    del source_embeddings, target_embeddings
+    if settings.negatives_from == "opposite":
+        pool_for_source, pool_for_target = mega.target, mega.source
+    else:
+        pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
+    for_source = negatives.for_source.cpu().numpy()
+    for_target = negatives.for_target.cpu().numpy()
+
+    model.train()
+    params = list(model.parameters())
+    losses = []
+    for start in range(0, len(mega), settings.batch_size):
+        stop = min(start + settings.batch_size, len(mega))
+        n = stop - start
+        t_negative_rows, s_negative_rows = for_source[start:stop], for_target[start:stop]
+        joined = TokenBatch.concat(
+            [
+                mega.source.slice(start, stop),
+                mega.target.slice(start, stop),
+                pool_for_source.take(np.maximum(t_negative_rows, 0)),
+                pool_for_target.take(np.maximum(s_negative_rows, 0)),
+            ]
+        )
+        embeddings = encode(model, joined, device)
+        s, t, t_negative, s_negative = embeddings.split(n)
+        if (t_negative_rows < 0).any() or (s_negative_rows < 0).any():
+            t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)
+            s_negative = s_negative * torch.from_numpy(s_negative_rows >= 0).to(device).unsqueeze(1)
+        loss = margin_loss(s, t, t_negative, s_negative, settings.margin)
+        value = loss.detach().item()
+        step = first_step + len(losses) + 1
+        if not math.isfinite(value):
+            raise NonFiniteLossError(
+                f"training loss is {value} at step {step}; lower the learning rate or check the "
+                "training data"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip_gradient_norm(params, settings.grad_clip)
+        optimizer.step()
+        losses.append(value)
+        if on_step is not None:
+            on_step(step, value)
+    return losses

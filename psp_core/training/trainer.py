@@ -1,0 +1,276 @@
+"""The training loop: data, model, optimizer, schedule and checkpoints wired together.
+
+Each of those is its own piece (``data.EpochStream``, ``encoder.MeanEmbeddingEncoder``,
+``optim``, ``schedule.MegabatchSchedule``, ``checkpoint.CheckpointStore``); this module only
+drives them, epoch by epoch and mega-batch by mega-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from psp_core.bundle import BundleConfig, save_bundle
+from psp_core.encoder import MeanEmbeddingEncoder
+from psp_core.model import PSPModel
+from psp_core.tokenizer import Tokenizer
+from psp_core.training.checkpoint import CheckpointStore, TrainingState
+from psp_core.training.config import TrainConfig
+from psp_core.training.data import EpochStream
+from psp_core.training.optim import build_optimizer
+from psp_core.training.schedule import MegabatchSchedule
+from psp_core.training.steps import StepSettings, train_megabatch
+from psp_core.training_file import TrainingFile
+
+log = logging.getLogger(__name__)
+
+DevEvaluator = Callable[[PSPModel], float]
+
+
+@dataclass
+class TrainResult:
+    bundle: Path
+    state: TrainingState
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available")
+    return device
+
+
+def default_pretokenizer(lang: str) -> str:
+    return "jieba" if lang.split("-")[-1].startswith("zh") else "none"
+
+
+def languages_of(lang: str, kind: str) -> list[str]:
+    if kind == "paraphrase":
+        return [lang]
+    return ["en", lang] if lang != "en" else ["en"]
+
+
+class _Progress:
+    """Logs loss and pairs/s every ``every`` steps."""
+
+    def __init__(self, every: int, batch_size: int) -> None:
+        self.every = every
+        self.batch_size = batch_size
+        self.losses: list[float] = []
+        self.started = time.perf_counter()
+
+    def __call__(self, step: int, loss: float) -> None:
+        self.losses.append(loss)
+        if self.every and step % self.every == 0:
+            recent = self.losses[-self.every :]
+            elapsed = time.perf_counter() - self.started
+            log.info(
+                "step %d loss %.4f pairs/s %.0f",
+                step,
+                float(np.mean(recent)),
+                len(self.losses) * self.batch_size / max(elapsed, 1e-9),
+            )
+
+
+def train(
+    data_path: str | Path,
+    spm_path: str | Path,
+    output_dir: str | Path,
+    config: TrainConfig | None = None,
+    *,
+    dev_evaluator: DevEvaluator | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = True,
+    keep_checkpoint: bool = False,
+    pretokenizer: str | None = None,
+    lowercase: bool = True,
+    max_length: int = 100,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Train a P-SP model on a training HDF5 and write a model bundle to ``output_dir``.
+
+    Args:
+        data_path: the training HDF5 (DESIGN section 4).
+        spm_path: the sentencepiece model the file was encoded with (checked by sha256).
+        output_dir: where the model bundle goes.
+        config: hyperparameters (the paper's defaults when omitted).
+        dev_evaluator: called with the model after each epoch, higher is better (for example
+            :class:`psp_core.evaluation.StsEvaluator` on STS 2017 en-en); the best epoch is kept.
+        checkpoint_dir: where checkpoints go (default: ``<output_dir>.checkpoint`` beside it).
+        resume: continue from the checkpoint there if one exists (it must match ``config``).
+        keep_checkpoint: keep the checkpoint after success (otherwise it is deleted).
+        pretokenizer, lowercase, max_length: how sentences are tokenized at inference; they
+            must match how the training file was encoded. ``pretokenizer=None`` picks jieba for
+            Chinese and none otherwise.
+        on_step: called as ``on_step(step, loss)`` after every optimizer step.
+    """
+    config = config or TrainConfig()
+    output_dir = Path(output_dir)
+    store = CheckpointStore(checkpoint_dir or output_dir.with_name(output_dir.name + ".checkpoint"))
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    device = resolve_device(config.device)
+
+    with TrainingFile(data_path) as data:
+        info = data.info
+        tokenizer = Tokenizer.from_file(
+            spm_path,
+            lowercase=lowercase,
+            pretokenizer=pretokenizer or default_pretokenizer(info.lang),
+            max_length=max_length,
+        )
+        if tokenizer.sha256 != info.spm_sha256:
+            raise ValueError(
+                f"{data_path} was encoded with sentencepiece model sha256 {info.spm_sha256[:12]}..., "
+                f"but {spm_path} has {tokenizer.sha256[:12]}..."
+            )
+        if tokenizer.vocab_size != info.vocab_size:
+            raise ValueError(
+                f"{data_path} says vocab_size {info.vocab_size}, {spm_path} has "
+                f"{tokenizer.vocab_size} pieces"
+            )
+        if len(data) == 0:
+            raise ValueError(f"{data_path} holds no pairs")
+        negatives_from = config.negatives_from or (
+            "any" if info.kind == "paraphrase" else "opposite"
+        )
+        fingerprint = {
+            **config.fingerprint(),
+            "negatives_from": negatives_from,
+            "n_pairs": info.n_pairs,
+            "spm_sha256": info.spm_sha256,
+        }
+
+        torch.manual_seed(config.seed)
+        model = MeanEmbeddingEncoder(
+            info.vocab_size, config.dim, dropout=config.dropout, sparse=config.optimizer == "sparse"
+        )
+        model.reset_parameters(torch.Generator().manual_seed(config.seed))
+        model.to(device)
+        optimizer = build_optimizer(model, config.optimizer, config.lr)
+        if resume and store.exists():
+            state = store.restore(model.weight, optimizer, fingerprint)
+            log.info("resuming from %s at epoch %d step %d", store.latest, state.epoch, state.step)
+        else:
+            store.remove()
+            state = TrainingState()
+
+        schedule = MegabatchSchedule(config.max_megabatch, config.anneal_every)
+        settings = StepSettings(
+            batch_size=config.batch_size,
+            margin=config.margin,
+            grad_clip=config.grad_clip,
+            negatives_from=negatives_from,
+            mining_chunk_rows=config.mining_chunk_rows,
+            device=device,
+        )
+
+        def step_hook(step: int, loss: float) -> None:
+            progress(step, loss)
+            if on_step is not None:
+                on_step(step, loss)
+
+        stopped_early = False
+        while state.epoch < config.epochs and not stopped_early:
+            stream = EpochStream(
+                data,
+                seed=config.seed,
+                epoch=state.epoch,
+                block_size=config.shuffle_block,
+                start=state.position,
+            )
+            progress = _Progress(config.log_every, config.batch_size)
+            last_checkpoint = state.step
+            epoch_losses: list[float] = []
+            while True:
+                if config.max_steps is not None and state.step >= config.max_steps:
+                    stopped_early = True
+                    break
+                mega = stream.take(schedule.size_at(state.step) * config.batch_size)
+                if len(mega) == 0:
+                    break
+                losses = train_megabatch(
+                    model, optimizer, mega, settings, first_step=state.step, on_step=step_hook
+                )
+                epoch_losses.extend(losses)
+                state.step += len(losses)
+                state.position += len(mega)
+                if (
+                    config.checkpoint_every
+                    and state.step - last_checkpoint >= config.checkpoint_every
+                ):
+                    store.save(model.weight, optimizer, state, fingerprint)
+                    last_checkpoint = state.step
+            if stopped_early:
+                store.save(model.weight, optimizer, state, fingerprint)
+                break
+            elapsed = time.perf_counter() - progress.started
+            record = {
+                "epoch": state.epoch,
+                "steps": state.step,
+                "loss": float(np.mean(epoch_losses)) if epoch_losses else None,
+                "pairs_per_second": len(epoch_losses) * config.batch_size / max(elapsed, 1e-9)
+                if epoch_losses
+                else None,
+            }
+            if dev_evaluator is not None:
+                score = float(dev_evaluator(_snapshot(model, tokenizer, info, config)))
+                record["dev_score"] = score
+                if state.best_score is None or score > state.best_score:
+                    state.best_score, state.best_epoch = score, state.epoch
+                    store.save_best(model.weight, state.epoch, score)
+            log.info("epoch %s", record)
+            state.history.append(record)
+            state.epoch += 1
+            state.position = 0
+            store.save(model.weight, optimizer, state, fingerprint)
+
+        weights = model.weight.detach().cpu()
+        if dev_evaluator is not None and state.best_epoch is not None:
+            weights = store.load_best()
+        summary = _training_summary(info, config, state, negatives_from)
+        bundle_config = _bundle_config(tokenizer, info, config, summary)
+        bundle = save_bundle(output_dir, weights.numpy(), tokenizer.model_proto, bundle_config)
+    if not keep_checkpoint and not stopped_early:
+        store.remove()
+    return TrainResult(bundle=bundle, state=state)
+
+
+def _bundle_config(tokenizer, info, config, training=None) -> BundleConfig:
+    return BundleConfig(
+        dim=config.dim,
+        vocab_size=tokenizer.vocab_size,
+        spm_sha256=tokenizer.sha256,
+        lowercase=tokenizer.lowercase,
+        pretokenizer=tokenizer.pretokenizer_name,
+        max_length=tokenizer.max_length,
+        languages=languages_of(info.lang, info.kind),
+        training=training or {},
+    )
+
+
+def _training_summary(info, config, state, negatives_from) -> dict:
+    return {
+        "config": config.to_dict(),
+        "negatives_from": negatives_from,
+        "data": asdict(info),
+        "epochs_completed": state.epoch,
+        "steps": state.step,
+        "best_epoch": state.best_epoch,
+        "best_score": state.best_score,
+        "history": state.history,
+    }
+
+
+def _snapshot(model, tokenizer, info, config) -> PSPModel:
+    """The model as it is now, for a dev evaluation (shares the weights, no copy on CPU)."""
+    weights = model.weight.detach().cpu().numpy()
+    return PSPModel(tokenizer, weights, _bundle_config(tokenizer, info, config))

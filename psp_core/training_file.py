@@ -1,0 +1,233 @@
+"""The training HDF5 (DESIGN section 4): flat CSR arrays of sentencepiece ids.
+
+Layout::
+
+    src_ids     int32[n_src_tokens]   chunked, compressed
+    src_offsets int64[n_pairs + 1]    pair i's source is src_ids[src_offsets[i]:src_offsets[i+1]]
+    tgt_ids     int32[n_tgt_tokens]
+    tgt_offsets int64[n_pairs + 1]
+    attrs: n_pairs, vocab_size, spm_sha256, lang, kind ("bitext" | "paraphrase"), seed,
+           format_version
+
+Pairs are stored already shuffled, so training reads contiguous slices and memory does not grow
+with the corpus. The writer appends batches and renames a temporary file into place only when it
+is closed without error, so a file at the final path is always complete.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import h5py
+import numpy as np
+
+from psp_core.csr import TokenBatch
+
+FORMAT_VERSION = 1
+KINDS = ("bitext", "paraphrase")
+_SIDES = ("src", "tgt")
+_CHUNK_TOKENS = 1 << 18
+_CHUNK_OFFSETS = 1 << 15
+
+
+class TrainingFileError(ValueError):
+    """The file is not a valid P-SP training HDF5."""
+
+
+@dataclass(frozen=True)
+class TrainingFileInfo:
+    n_pairs: int
+    vocab_size: int
+    spm_sha256: str
+    lang: str
+    kind: str
+    seed: int
+    format_version: int
+
+
+class TrainingFileWriter:
+    """Append encoded pairs to a new training HDF5; use as a context manager.
+
+    Example::
+
+        with TrainingFileWriter(path, vocab_size=50000, spm_sha256=sha, lang="de") as writer:
+            writer.append(source_batch, target_batch)
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        vocab_size: int,
+        spm_sha256: str,
+        lang: str,
+        kind: str = "bitext",
+        seed: int = 0,
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        self.path = Path(path)
+        self._tmp = self.path.with_name(self.path.name + f".tmp-{os.getpid()}")
+        self._attrs = dict(
+            vocab_size=int(vocab_size),
+            spm_sha256=str(spm_sha256),
+            lang=str(lang),
+            kind=kind,
+            seed=int(seed),
+            format_version=FORMAT_VERSION,
+        )
+        self._file: h5py.File | None = None
+        self.n_pairs = 0
+
+    def __enter__(self) -> TrainingFileWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = h5py.File(self._tmp, "w")
+        for side in _SIDES:
+            self._file.create_dataset(
+                f"{side}_ids",
+                shape=(0,),
+                maxshape=(None,),
+                dtype=np.int32,
+                chunks=(_CHUNK_TOKENS,),
+                compression="gzip",
+                compression_opts=1,
+                shuffle=True,
+            )
+            offsets = self._file.create_dataset(
+                f"{side}_offsets",
+                shape=(1,),
+                maxshape=(None,),
+                dtype=np.int64,
+                chunks=(_CHUNK_OFFSETS,),
+                compression="gzip",
+                compression_opts=1,
+                shuffle=True,
+            )
+            offsets[0] = 0
+        return self
+
+    def append(self, source: TokenBatch, target: TokenBatch) -> None:
+        """Append ``len(source)`` pairs (``source[i]`` is aligned with ``target[i]``)."""
+        if self._file is None:
+            raise RuntimeError("TrainingFileWriter.append called outside its `with` block")
+        if len(source) != len(target):
+            raise ValueError(f"{len(source)} source sentences but {len(target)} target sentences")
+        vocab = self._attrs["vocab_size"]
+        for side, batch in zip(_SIDES, (source, target), strict=True):
+            if len(batch.ids) and (batch.ids.min() < 0 or batch.ids.max() >= vocab):
+                raise ValueError(f"{side} ids outside [0, {vocab}): the vocabulary does not match")
+            ids_ds = self._file[f"{side}_ids"]
+            off_ds = self._file[f"{side}_offsets"]
+            base_tokens = ids_ds.shape[0]
+            ids_ds.resize((base_tokens + len(batch.ids),))
+            ids_ds[base_tokens:] = batch.ids.astype(np.int32)
+            base_pairs = off_ds.shape[0]
+            off_ds.resize((base_pairs + len(batch),))
+            off_ds[base_pairs:] = batch.offsets[1:] + base_tokens
+        self.n_pairs += len(source)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._file is not None
+        try:
+            if exc_type is None:
+                self._file.attrs.update(self._attrs)
+                self._file.attrs["n_pairs"] = self.n_pairs
+        finally:
+            self._file.close()
+            self._file = None
+        if exc_type is None:
+            os.replace(self._tmp, self.path)
+        else:
+            self._tmp.unlink(missing_ok=True)
+
+
+class TrainingFile:
+    """Read a training HDF5 in contiguous slices of pairs."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"training file {self.path} does not exist")
+        try:
+            self._file = h5py.File(self.path, "r")
+        except OSError as error:
+            raise TrainingFileError(f"{self.path}: not a readable HDF5 file ({error})") from error
+        self.info = self._validate()
+
+    def _validate(self) -> TrainingFileInfo:
+        missing = [
+            name
+            for name in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
+            if name not in self._file
+        ]
+        if missing:
+            raise TrainingFileError(f"{self.path}: missing datasets {missing}")
+        attrs = self._file.attrs
+        absent = [
+            key
+            for key in ("n_pairs", "vocab_size", "spm_sha256", "lang", "format_version")
+            if key not in attrs
+        ]
+        if absent:
+            raise TrainingFileError(f"{self.path}: missing attributes {absent}")
+        version = int(attrs["format_version"])
+        if version != FORMAT_VERSION:
+            raise TrainingFileError(
+                f"{self.path}: format_version {version}, this psp_core reads {FORMAT_VERSION}"
+            )
+        n_pairs = int(attrs["n_pairs"])
+        for side in _SIDES:
+            offsets = self._file[f"{side}_offsets"]
+            if offsets.shape[0] != n_pairs + 1:
+                raise TrainingFileError(
+                    f"{self.path}: {side}_offsets has {offsets.shape[0]} entries, "
+                    f"expected n_pairs + 1 = {n_pairs + 1}"
+                )
+            if n_pairs and int(offsets[-1]) != self._file[f"{side}_ids"].shape[0]:
+                raise TrainingFileError(
+                    f"{self.path}: {side}_offsets ends at {int(offsets[-1])} but {side}_ids has "
+                    f"{self._file[f'{side}_ids'].shape[0]} tokens (truncated file?)"
+                )
+        return TrainingFileInfo(
+            n_pairs=n_pairs,
+            vocab_size=int(attrs["vocab_size"]),
+            spm_sha256=str(attrs["spm_sha256"]),
+            lang=str(attrs["lang"]),
+            kind=str(attrs.get("kind", "bitext")),
+            seed=int(attrs.get("seed", 0)),
+            format_version=version,
+        )
+
+    def __len__(self) -> int:
+        return self.info.n_pairs
+
+    def _read_side(self, side: str, start: int, stop: int) -> TokenBatch:
+        offsets = self._file[f"{side}_offsets"][start : stop + 1]
+        ids = self._file[f"{side}_ids"][offsets[0] : offsets[-1]].astype(np.int64)
+        offsets = offsets - offsets[0]
+        if np.any(np.diff(offsets) < 0):
+            raise TrainingFileError(f"{self.path}: {side}_offsets decrease in [{start}, {stop})")
+        return TokenBatch(ids, offsets)
+
+    def read(self, start: int, stop: int) -> tuple[TokenBatch, TokenBatch]:
+        """Pairs ``start..stop-1`` as (source, target) token batches."""
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"pair range [{start}, {stop}) outside [0, {len(self)})")
+        return self._read_side("src", start, stop), self._read_side("tgt", start, stop)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TrainingFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,118 @@
+"""Shared fixtures: a tiny generated parallel "language", its sentencepiece model, and helpers
+that build training files and model bundles from it. Everything is generated offline."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from psp_core.bundle import BundleConfig
+from psp_core.model import PSPModel
+from psp_core.tokenizer import Tokenizer
+from psp_core.training_file import TrainingFileWriter
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _word(rng: random.Random, letters: str) -> str:
+    return "".join(rng.choice(letters) for _ in range(rng.randint(3, 8)))
+
+
+class ToyLanguage:
+    """Two made-up languages with a word-for-word translation table."""
+
+    def __init__(self, seed: int = 0, n_words: int = 120) -> None:
+        rng = random.Random(seed)
+        self.source_words = sorted({_word(rng, "abcdefghij") for _ in range(n_words)})
+        self.target_words = [_word(rng, "klmnopqrstu") for _ in self.source_words]
+        self.translate_word = dict(zip(self.source_words, self.target_words, strict=True))
+
+    def pairs(self, n: int, seed: int = 1) -> list[tuple[str, str]]:
+        rng = random.Random(seed)
+        result = []
+        for _ in range(n):
+            words = [rng.choice(self.source_words) for _ in range(rng.randint(3, 9))]
+            result.append(
+                (" ".join(words).capitalize(), " ".join(self.translate_word[w] for w in words))
+            )
+        return result
+
+
+@pytest.fixture(scope="session")
+def toy() -> ToyLanguage:
+    return ToyLanguage()
+
+
+@pytest.fixture(scope="session")
+def spm_proto(toy: ToyLanguage) -> bytes:
+    sentences = [s.lower() for pair in toy.pairs(3000, seed=99) for s in pair]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=400,
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+@pytest.fixture(scope="session")
+def spm_path(tmp_path_factory, spm_proto: bytes) -> Path:
+    path = tmp_path_factory.mktemp("spm") / "toy.model"
+    path.write_bytes(spm_proto)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tokenizer(spm_proto: bytes) -> Tokenizer:
+    return Tokenizer(spm_proto)
+
+
+def write_training_file(
+    path: Path, tokenizer: Tokenizer, pairs: list[tuple[str, str]], *, lang="xx", kind="bitext"
+) -> Path:
+    with TrainingFileWriter(
+        path, vocab_size=tokenizer.vocab_size, spm_sha256=tokenizer.sha256, lang=lang, kind=kind
+    ) as writer:
+        for start in range(0, len(pairs), 500):
+            chunk = pairs[start : start + 500]
+            writer.append(
+                tokenizer.encode([p[0] for p in chunk]), tokenizer.encode([p[1] for p in chunk])
+            )
+    return path
+
+
+@pytest.fixture(scope="session")
+def toy_training_file(tmp_path_factory, toy: ToyLanguage, tokenizer: Tokenizer) -> Path:
+    path = tmp_path_factory.mktemp("data") / "toy.h5"
+    return write_training_file(path, tokenizer, toy.pairs(2000))
+
+
+def random_model(tokenizer: Tokenizer, dim: int = 16, seed: int = 0) -> PSPModel:
+    embeddings = np.random.default_rng(seed).normal(size=(tokenizer.vocab_size, dim))
+    config = BundleConfig(dim=dim, vocab_size=tokenizer.vocab_size, spm_sha256=tokenizer.sha256)
+    return PSPModel(tokenizer, embeddings.astype(np.float32), config)
+
+
+@pytest.fixture()
+def model(tokenizer: Tokenizer) -> PSPModel:
+    return random_model(tokenizer)
+
+
+@pytest.fixture()
+def bundle(tmp_path: Path, model: PSPModel) -> Path:
+    return model.save(tmp_path / "bundle")
+
+
+def require_shared_data(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"real data not found at {path} (../shared/data is absent); skipping")
+    return path

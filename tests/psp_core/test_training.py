@@ -1,0 +1,190 @@
+import io
+import json
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+
+from psp_core import NonFiniteLossError, TrainConfig, load_model, train
+from psp_core.encoder import MeanEmbeddingEncoder
+from psp_core.training.checkpoint import CheckpointMismatchError
+from psp_core.training.data import EpochStream, PairBatch
+from psp_core.training.optim import clip_gradient_norm
+from psp_core.training_file import TrainingFile
+from tests.conftest import write_training_file
+
+QUICK = dict(dim=32, batch_size=32, max_megabatch=4, anneal_every=5, log_every=0, lr=0.05)
+
+
+def pair_keys(batch):
+    return [
+        (tuple(batch.source.sentence(i)), tuple(batch.target.sentence(i)))
+        for i in range(len(batch))
+    ]
+
+
+def test_epoch_stream_is_a_seeded_permutation_and_resumes_at_any_position(toy_training_file):
+    with TrainingFile(toy_training_file) as data:
+        stored = pair_keys(PairBatch(*data.read(0, len(data))))
+        epoch0 = EpochStream(data, seed=3, epoch=0, block_size=300)
+        first = pair_keys(epoch0.take(50)) + pair_keys(epoch0.take(10_000))
+        assert len(epoch0.take(10)) == 0
+        assert sorted(first) == sorted(stored) and first != stored
+        again = EpochStream(data, seed=3, epoch=0, block_size=300)
+        assert pair_keys(again.take(len(data))) == first
+        epoch1 = pair_keys(EpochStream(data, seed=3, epoch=1, block_size=300).take(len(data)))
+        assert sorted(epoch1) == sorted(stored) and epoch1 != first
+        for start in (0, 1, 299, 300, 301, 1999):
+            resumed = EpochStream(data, seed=3, epoch=0, block_size=300, start=start)
+            assert pair_keys(resumed.take(len(data))) == first[start:]
+
+
+def test_sparse_and_dense_clipping_agree():
+    torch.manual_seed(0)
+    ids = torch.tensor([1, 2, 2, 3, 1, 1])
+    offsets = torch.tensor([0, 2, 6])
+    grads = {}
+    for sparse in (True, False):
+        torch.manual_seed(0)
+        encoder = MeanEmbeddingEncoder(5, 4, sparse=sparse)
+        (encoder(ids, offsets).sum() * 100).backward()
+        norm = clip_gradient_norm(list(encoder.parameters()), 1.0)
+        grads[sparse] = (norm, encoder.weight.grad.to_dense() if sparse else encoder.weight.grad)
+    assert grads[True][0] == pytest.approx(grads[False][0], rel=1e-5)
+    assert torch.allclose(grads[True][1], grads[False][1], atol=1e-6)
+    assert grads[True][1].norm().item() == pytest.approx(1.0, rel=1e-4)
+
+
+def test_dropout_path_matches_embedding_bag_without_dropout():
+    encoder = MeanEmbeddingEncoder(10, 6, dropout=0.3)
+    ids, offsets = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 3, 3, 5])
+    encoder.eval()
+    plain = encoder(ids, offsets)
+    encoder.train()
+    dropped = encoder(ids, offsets)
+    assert torch.equal(plain[1], torch.zeros(6))  # empty sentence -> zero vector
+    assert not torch.allclose(plain, dropped)
+    encoder.dropout = 0.0
+    assert torch.allclose(encoder(ids, offsets), plain)
+    rows = encoder.weight[torch.tensor([1, 2, 3])]
+    assert torch.allclose(plain[0], rows.mean(0))
+
+
+def retrieval_accuracy(model, pairs):
+    source = model.embed([p[0] for p in pairs], normalize=True)
+    target = model.embed([p[1] for p in pairs], normalize=True)
+    return float(np.mean((source @ target.T).argmax(1) == np.arange(len(pairs))))
+
+
+@pytest.mark.parametrize("optimizer", ["sparse", "dense"])
+def test_training_learns_translations(tmp_path, toy, toy_training_file, spm_path, optimizer):
+    untrained = train(
+        toy_training_file, spm_path, tmp_path / "m0", TrainConfig(**QUICK, epochs=1, max_steps=0)
+    )
+    result = train(
+        toy_training_file,
+        spm_path,
+        tmp_path / "m",
+        TrainConfig(**QUICK, epochs=2, optimizer=optimizer),
+    )
+    held_out = toy.pairs(300, seed=12345)
+    before = retrieval_accuracy(load_model(untrained.bundle), held_out)
+    after = retrieval_accuracy(load_model(result.bundle), held_out)
+    assert after > before + 0.2, (before, after)
+    losses = [record["loss"] for record in result.state.history]
+    assert losses[1] < losses[0]
+    config = json.loads((result.bundle / "config.json").read_text())
+    assert config["languages"] == ["en", "xx"]
+    assert config["training"]["epochs_completed"] == 2
+    assert not (tmp_path / "m.checkpoint").exists()  # removed after success
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("optimizer", "dropout"), [("sparse", 0.2), ("dense", 0.0)])
+def test_killed_run_resumes_to_identical_weights(
+    tmp_path, toy_training_file, spm_path, optimizer, dropout
+):
+    config = TrainConfig(
+        **QUICK, epochs=2, checkpoint_every=7, optimizer=optimizer, dropout=dropout
+    )
+    reference = train(toy_training_file, spm_path, tmp_path / "ref", config)
+
+    def kill_at_step_40(step, loss):
+        if step == 40:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(toy_training_file, spm_path, tmp_path / "run", config, on_step=kill_at_step_40)
+    state = json.loads((tmp_path / "run.checkpoint" / "latest" / "state.json").read_text())
+    assert 0 < state["state"]["step"] < 40  # a mid-epoch checkpoint exists
+    torch.manual_seed(12345)  # a resumed process starts with another global RNG state
+    resumed = train(toy_training_file, spm_path, tmp_path / "run", config)
+    expected = load_model(reference.bundle).weight
+    assert torch.equal(load_model(resumed.bundle).weight, expected)
+    assert resumed.state.step == reference.state.step
+
+
+def test_changed_settings_refuse_to_resume(tmp_path, toy_training_file, spm_path):
+    config = TrainConfig(**QUICK, epochs=1, max_steps=3)
+    train(toy_training_file, spm_path, tmp_path / "m", config)
+    assert (tmp_path / "m.checkpoint" / "latest").is_dir()  # stopped early: kept for resuming
+    changed = TrainConfig(**(QUICK | {"lr": 0.01}), epochs=1)
+    with pytest.raises(CheckpointMismatchError, match="lr"):
+        train(toy_training_file, spm_path, tmp_path / "m", changed)
+    fresh = train(toy_training_file, spm_path, tmp_path / "m", changed, resume=False)
+    assert fresh.state.epoch == 1
+
+
+def test_non_finite_loss_stops_with_the_step(tmp_path, toy_training_file, spm_path):
+    with pytest.raises(NonFiniteLossError, match="at step 1"):
+        train(
+            toy_training_file, spm_path, tmp_path / "m", TrainConfig(**QUICK, margin=float("nan"))
+        )
+
+
+def test_model_selection_keeps_the_best_epoch(tmp_path, toy_training_file, spm_path):
+    scores = iter([3.0, 5.0, 1.0])
+    seen = []
+
+    def evaluator(model):
+        seen.append(model.weight.clone())
+        return next(scores)
+
+    result = train(
+        toy_training_file,
+        spm_path,
+        tmp_path / "m",
+        TrainConfig(**QUICK, epochs=3),
+        dev_evaluator=evaluator,
+    )
+    assert result.state.best_epoch == 1
+    assert [r["dev_score"] for r in result.state.history] == [3.0, 5.0, 1.0]
+    assert torch.equal(load_model(result.bundle).weight, seen[1])
+    assert not torch.equal(seen[1], seen[2])
+
+
+def test_data_and_tokenizer_must_match(tmp_path, toy, toy_training_file):
+    other = io.BytesIO()
+    sentences = [s.lower() for pair in toy.pairs(500, seed=8) for s in pair]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=other, vocab_size=150, minloglevel=2
+    )
+    (tmp_path / "other.model").write_bytes(other.getvalue())
+    with pytest.raises(ValueError, match="encoded with sentencepiece model sha256"):
+        train(toy_training_file, tmp_path / "other.model", tmp_path / "m", TrainConfig(**QUICK))
+    (tmp_path / "garbage.model").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="garbage.model: not a valid sentencepiece model"):
+        train(toy_training_file, tmp_path / "garbage.model", tmp_path / "m", TrainConfig(**QUICK))
+
+
+def test_paraphrase_files_mine_from_both_sides(tmp_path, toy, tokenizer, spm_path):
+    pairs = [(a, a.lower() + " " + a.split()[0].lower()) for a, _ in toy.pairs(600, seed=5)]
+    path = write_training_file(tmp_path / "para.h5", tokenizer, pairs, lang="en", kind="paraphrase")
+    result = train(path, spm_path, tmp_path / "m", TrainConfig(**QUICK, epochs=1))
+    config = json.loads((result.bundle / "config.json").read_text())
+    assert config["training"]["negatives_from"] == "any"
+    assert config["languages"] == ["en"]
