@@ -83,6 +83,41 @@ def _hardest(
     return result
 
 
+def _hardest_both_ways(
+    source: torch.Tensor,
+    target: torch.Tensor,
+    source_hash: torch.Tensor,
+    target_hash: torch.Tensor,
+    chunk_rows: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bitext mining from one product ``source @ target.T``: row maxima give the negatives of
+    the sources, column maxima (accumulated over row chunks) those of the targets."""
+    n = len(source)
+    for_source = torch.empty(n, dtype=torch.long, device=source.device)
+    column_best = torch.full((len(target),), float("-inf"), device=source.device)
+    column_index = torch.full((len(target),), -1, dtype=torch.long, device=source.device)
+    target_t = target.t()
+    for start in range(0, n, chunk_rows):
+        stop = min(start + chunk_rows, n)
+        similarity = source[start:stop] @ target_t
+        rows_hash = source_hash[start:stop].unsqueeze(1)
+        same_text = rows_hash == target_hash.unsqueeze(0)
+        # a source anchor must not get a copy of itself or of its partner
+        partner_copy = target_hash[start:stop].unsqueeze(1) == target_hash.unsqueeze(0)
+        row_similarity = similarity.masked_fill(same_text | partner_copy, float("-inf"))
+        best_value, best_index = row_similarity.max(dim=1)
+        best_index[torch.isneginf(best_value)] = -1
+        for_source[start:stop] = best_index
+        # a target anchor (a column) must not get a copy of itself or of its partner
+        anchor_copy = rows_hash == source_hash.unsqueeze(0)
+        similarity.masked_fill_(same_text | anchor_copy, float("-inf"))
+        chunk_value, chunk_index = similarity.max(dim=0)
+        better = chunk_value > column_best
+        column_best = torch.where(better, chunk_value, column_best)
+        column_index = torch.where(better, chunk_index + start, column_index)
+    return for_source, column_index
+
+
 @torch.no_grad()
 def mine_hard_negatives(
     source: torch.Tensor,
@@ -108,8 +143,9 @@ def mine_hard_negatives(
     source = F.normalize(source.float(), dim=1)
     target = F.normalize(target.float(), dim=1)
     if negatives_from == "opposite":
-        for_source = _hardest(source, source_hash, target_hash, target, target_hash, chunk_rows)
-        for_target = _hardest(target, target_hash, source_hash, source, source_hash, chunk_rows)
+        for_source, for_target = _hardest_both_ways(
+            source, target, source_hash, target_hash, chunk_rows
+        )
     else:
         pool = torch.cat([source, target])
         pool_hash = torch.cat([source_hash, target_hash])

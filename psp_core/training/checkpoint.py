@@ -2,7 +2,8 @@
 
 A checkpoint directory holds::
 
-    latest/            replaced atomically at each save
+    LATEST             the name of the newest complete step directory (replaced atomically)
+    step-000000001234/ one per save; older ones are removed once LATEST points past them
         weights.safetensors     the embedding table
         optimizer.safetensors   optimizer moments and the torch RNG state(s)
         state.json              step, epoch, position in the epoch, history, best score,
@@ -29,6 +30,7 @@ STATE_FILE = "state.json"
 WEIGHTS_FILE = "weights.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 BEST_FILE = "best.safetensors"
+POINTER_FILE = "LATEST"
 
 
 class CheckpointMismatchError(ValueError):
@@ -91,10 +93,18 @@ class CheckpointStore:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
-        self.latest = self.directory / "latest"
+
+    @property
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint, or None."""
+        pointer = self.directory / POINTER_FILE
+        if not pointer.is_file():
+            return None
+        path = self.directory / pointer.read_text().strip()
+        return path if (path / STATE_FILE).is_file() else None
 
     def exists(self) -> bool:
-        return (self.latest / STATE_FILE).is_file()
+        return self.latest is not None
 
     def save(
         self,
@@ -104,7 +114,8 @@ class CheckpointStore:
         fingerprint: dict[str, Any],
     ) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f"latest.tmp-{os.getpid()}"
+        name = f"step-{state.step:012d}-epoch-{state.epoch:04d}"
+        tmp = self.directory / f"{name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_file({"embeddings": weight.detach().cpu().contiguous()}, str(tmp / WEIGHTS_FILE))
@@ -112,11 +123,14 @@ class CheckpointStore:
         save_file({**optim_tensors, **_rng_tensors()}, str(tmp / OPTIMIZER_FILE))
         payload = {"state": asdict(state), "optimizer": optim_meta, "fingerprint": fingerprint}
         (tmp / STATE_FILE).write_text(json.dumps(payload, indent=1))
-        old = self.directory / f"latest.old-{os.getpid()}"
-        if self.latest.exists():
-            os.replace(self.latest, old)
-        os.replace(tmp, self.latest)
-        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(self.directory / name, ignore_errors=True)
+        os.replace(tmp, self.directory / name)
+        pointer_tmp = self.directory / f"{POINTER_FILE}.tmp-{os.getpid()}"
+        pointer_tmp.write_text(name + "\n")
+        os.replace(pointer_tmp, self.directory / POINTER_FILE)
+        for other in self.directory.glob("step-*"):
+            if other.name != name:
+                shutil.rmtree(other, ignore_errors=True)
 
     def restore(
         self,
@@ -125,7 +139,10 @@ class CheckpointStore:
         fingerprint: dict[str, Any],
     ) -> TrainingState:
         """Load the latest checkpoint into ``weight`` and ``optimizer``; returns the state."""
-        payload = json.loads((self.latest / STATE_FILE).read_text())
+        latest = self.latest
+        if latest is None:
+            raise FileNotFoundError(f"no complete checkpoint in {self.directory}")
+        payload = json.loads((latest / STATE_FILE).read_text())
         saved = payload["fingerprint"]
         if saved != fingerprint:
             differing = sorted(
@@ -134,13 +151,13 @@ class CheckpointStore:
                 if saved.get(key) != fingerprint.get(key)
             )
             raise CheckpointMismatchError(
-                f"checkpoint {self.latest} was written with different settings ({differing}); "
+                f"checkpoint {latest} was written with different settings ({differing}); "
                 f"delete {self.directory} or train without resuming"
             )
-        weights = load_file(str(self.latest / WEIGHTS_FILE))["embeddings"]
+        weights = load_file(str(latest / WEIGHTS_FILE))["embeddings"]
         with torch.no_grad():
             weight.copy_(weights.to(weight.device))
-        tensors = load_file(str(self.latest / OPTIMIZER_FILE))
+        tensors = load_file(str(latest / OPTIMIZER_FILE))
         optimizer.load_state_dict(_optimizer_from_tensors(tensors, payload["optimizer"]))
         _restore_rng(tensors)
         return TrainingState(**payload["state"])

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +38,18 @@ DevEvaluator = Callable[[PSPModel], float]
 class TrainResult:
     bundle: Path
     state: TrainingState
+
+
+@contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Use ``count`` torch threads inside the block (None: leave as is), then restore."""
+    previous = torch.get_num_threads()
+    if count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -115,11 +128,9 @@ def train(
     config = config or TrainConfig()
     output_dir = Path(output_dir)
     store = CheckpointStore(checkpoint_dir or output_dir.with_name(output_dir.name + ".checkpoint"))
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
     device = resolve_device(config.device)
 
-    with TrainingFile(data_path) as data:
+    with torch_threads(config.num_threads), TrainingFile(data_path) as data:
         info = data.info
         tokenizer = Tokenizer.from_file(
             spm_path,

@@ -87,20 +87,23 @@ def test_chunked_mining_equals_one_block(negatives_from):
     )
     assert torch.equal(whole.for_source, chunked.for_source)
     assert torch.equal(whole.for_target, chunked.for_target)
-    # and it is the brute-force answer
+    # and it is the brute-force answer, for both sides
     s = torch.nn.functional.normalize(source, dim=1)
     t = torch.nn.functional.normalize(target, dim=1)
-    pool = t if negatives_from == "opposite" else torch.cat([s, t])
-    pool_hash = (
-        target_hash if negatives_from == "opposite" else torch.cat([source_hash, target_hash])
-    )
-    for i in range(0, 300, 37):
-        scores = [
-            (float(s[i] @ pool[j]), j)
-            for j in range(len(pool))
-            if pool_hash[j] not in (source_hash[i], target_hash[i])
-        ]
-        assert whole.for_source[i].item() == max(scores)[1]
+    opposite = negatives_from == "opposite"
+    for anchors, _partners, own_hash, partner_hash, pool, pool_hash, chosen in [
+        (s, t, source_hash, target_hash, t if opposite else torch.cat([s, t]),
+         target_hash if opposite else torch.cat([source_hash, target_hash]), whole.for_source),
+        (t, s, target_hash, source_hash, s if opposite else torch.cat([s, t]),
+         source_hash if opposite else torch.cat([source_hash, target_hash]), whole.for_target),
+    ]:  # fmt: skip
+        for i in range(0, 300, 37):
+            scores = [
+                (float(anchors[i] @ pool[j]), j)
+                for j in range(len(pool))
+                if pool_hash[j] not in (own_hash[i], partner_hash[i])
+            ]
+            assert chosen[i].item() == max(scores)[1]
 
 
 def test_unknown_negative_source_is_refused():

@@ -1,5 +1,9 @@
 import io
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -8,7 +12,7 @@ import torch
 
 from psp_core import NonFiniteLossError, TrainConfig, load_model, train
 from psp_core.encoder import MeanEmbeddingEncoder
-from psp_core.training.checkpoint import CheckpointMismatchError
+from psp_core.training.checkpoint import CheckpointMismatchError, CheckpointStore
 from psp_core.training.data import EpochStream, PairBatch
 from psp_core.training.optim import clip_gradient_norm
 from psp_core.training_file import TrainingFile
@@ -119,7 +123,8 @@ def test_killed_run_resumes_to_identical_weights(
 
     with pytest.raises(Killed):
         train(toy_training_file, spm_path, tmp_path / "run", config, on_step=kill_at_step_40)
-    state = json.loads((tmp_path / "run.checkpoint" / "latest" / "state.json").read_text())
+    latest = CheckpointStore(tmp_path / "run.checkpoint").latest
+    state = json.loads((latest / "state.json").read_text())
     assert 0 < state["state"]["step"] < 40  # a mid-epoch checkpoint exists
     torch.manual_seed(12345)  # a resumed process starts with another global RNG state
     resumed = train(toy_training_file, spm_path, tmp_path / "run", config)
@@ -131,7 +136,7 @@ def test_killed_run_resumes_to_identical_weights(
 def test_changed_settings_refuse_to_resume(tmp_path, toy_training_file, spm_path):
     config = TrainConfig(**QUICK, epochs=1, max_steps=3)
     train(toy_training_file, spm_path, tmp_path / "m", config)
-    assert (tmp_path / "m.checkpoint" / "latest").is_dir()  # stopped early: kept for resuming
+    assert CheckpointStore(tmp_path / "m.checkpoint").exists()  # stopped early: kept to resume
     changed = TrainConfig(**(QUICK | {"lr": 0.01}), epochs=1)
     with pytest.raises(CheckpointMismatchError, match="lr"):
         train(toy_training_file, spm_path, tmp_path / "m", changed)
@@ -188,3 +193,26 @@ def test_paraphrase_files_mine_from_both_sides(tmp_path, toy, tokenizer, spm_pat
     config = json.loads((result.bundle / "config.json").read_text())
     assert config["training"]["negatives_from"] == "any"
     assert config["languages"] == ["en"]
+
+
+def test_sigkilled_psp_train_resumes_to_identical_weights(tmp_path, toy_training_file, spm_path):
+    """A real kill (SIGKILL of the `psp train` process), not an exception."""
+    flags = dict(QUICK, epochs=4, checkpoint_every=5, num_threads=1, dropout=0.1)
+    reference = train(toy_training_file, spm_path, tmp_path / "ref", TrainConfig(**flags))
+    argv = [sys.executable, "-m", "psp_core.cli", "train", "--data", str(toy_training_file)]
+    argv += ["--spm", str(spm_path), "--output", str(tmp_path / "run")]
+    for name, value in flags.items():
+        argv += ["--" + name.replace("_", "-"), str(value)]
+    store = CheckpointStore(tmp_path / "run.checkpoint")
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not store.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "training finished before it could be killed"
+    assert not (tmp_path / "run").exists()
+    completed = subprocess.run(argv, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    assert "resuming from" in completed.stderr
+    assert torch.equal(load_model(tmp_path / "run").weight, load_model(reference.bundle).weight)
