@@ -6,8 +6,7 @@ the model's only parameter.
 
 Dropout (training only) is applied to the individual piece embeddings before the mean, as in the
 reference implementation. EmbeddingBag returns only the mean, so with dropout > 0 the training
-path looks the rows up with ``F.embedding``, drops out, and averages with ``index_add_``; it uses
-the same weight and gives sparse gradients just the same.
+path looks the rows up with ``F.embedding``, drops out, and averages with ``index_add_``.
 """
 
 from __future__ import annotations
@@ -54,14 +53,25 @@ class MeanEmbeddingEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Embed sentences given as flat ``ids`` and ``offsets`` (``n + 1`` entries, last = len)."""
+        if not (self.training and self.dropout > 0.0):
+            return self.bag(ids, offsets[:-1])
+        return self.forward_rows(self.bag.weight, ids, offsets)
+
+    def forward_rows(
+        self, rows: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        """Embed sentences whose ``ids`` index into ``rows`` (a table or a gathered part of it).
+
+        Training uses this with ``rows`` = the distinct rows a mini-batch touches, so the
+        gradient has one row per distinct piece instead of one per token.
+        """
         starts = offsets[:-1]
         if not (self.training and self.dropout > 0.0):
-            return self.bag(ids, starts)
+            return F.embedding_bag(ids, rows, starts, mode="mean")
         lengths = offsets[1:] - starts
-        rows = F.embedding(ids, self.bag.weight, sparse=self.sparse)
-        rows = F.dropout(rows, p=self.dropout, training=True)
+        pieces = F.dropout(F.embedding(ids, rows), p=self.dropout, training=True)
         sentence_of = torch.repeat_interleave(
             torch.arange(len(lengths), device=ids.device), lengths
         )
-        sums = rows.new_zeros(len(lengths), rows.shape[1]).index_add_(0, sentence_of, rows)
+        sums = pieces.new_zeros(len(lengths), pieces.shape[1]).index_add_(0, sentence_of, pieces)
         return sums / lengths.clamp(min=1).unsqueeze(1).to(sums.dtype)

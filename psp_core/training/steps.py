@@ -91,7 +91,16 @@ def train_megabatch(
                 pool_for_target.take(np.maximum(s_negative_rows, 0)),
             ]
         )
-        embeddings = encode(model, joined, device)
+        ids = torch.from_numpy(joined.ids).to(device)
+        offsets = torch.from_numpy(joined.offsets).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        if model.sparse:
+            # one gradient row per distinct piece, not one per token
+            unique, local = torch.unique(ids, return_inverse=True)
+            rows = model.weight.detach().index_select(0, unique).requires_grad_()
+            embeddings = model.forward_rows(rows, local, offsets)
+        else:
+            embeddings = model(ids, offsets)
         s, t, t_negative, s_negative = embeddings.split(n)
         if (t_negative_rows < 0).any() or (s_negative_rows < 0).any():
             t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)
@@ -104,8 +113,15 @@ def train_megabatch(
                 f"training loss is {value} at step {step}; lower the learning rate or check the "
                 "training data"
             )
-        optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if model.sparse:
+            model.weight.grad = torch.sparse_coo_tensor(
+                unique.unsqueeze(0),
+                rows.grad,
+                model.weight.shape,
+                is_coalesced=True,
+                check_invariants=False,
+            )
         clip_gradient_norm(params, settings.grad_clip)
         optimizer.step()
         losses.append(value)

@@ -14,7 +14,7 @@ from psp_core import NonFiniteLossError, TrainConfig, load_model, train
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.training.checkpoint import CheckpointMismatchError, CheckpointStore
 from psp_core.training.data import EpochStream, PairBatch
-from psp_core.training.optim import clip_gradient_norm
+from psp_core.training.optim import LazyAdam, clip_gradient_norm
 from psp_core.training_file import TrainingFile
 from tests.conftest import write_training_file
 
@@ -216,3 +216,46 @@ def test_sigkilled_psp_train_resumes_to_identical_weights(tmp_path, toy_training
     assert completed.returncode == 0, completed.stderr
     assert "resuming from" in completed.stderr
     assert torch.equal(load_model(tmp_path / "run").weight, load_model(reference.bundle).weight)
+
+
+def test_lazy_adam_matches_torch_sparse_adam():
+    torch.manual_seed(0)
+    reference = torch.nn.Parameter(torch.randn(20, 5))
+    ours = torch.nn.Parameter(reference.detach().clone())
+    torch_optimizer = torch.optim.SparseAdam([reference], lr=0.01)
+    lazy = LazyAdam([ours], lr=0.01)
+    for step in range(30):
+        rows = torch.tensor([step % 20, (3 * step) % 20, 7, 7])  # a repeated row
+        values = torch.randn(4, 5)
+        for param, optimizer in ((reference, torch_optimizer), (ours, lazy)):
+            param.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), values, (20, 5))
+            optimizer.step()
+    assert torch.allclose(ours, reference, atol=1e-6)
+    assert torch.allclose(
+        lazy.state[ours]["exp_avg_sq"], torch_optimizer.state[reference]["exp_avg_sq"], atol=1e-7
+    )
+    untouched = [
+        r
+        for r in range(20)
+        if r not in {s % 20 for s in range(30)} | {(3 * s) % 20 for s in range(30)} | {7}
+    ]
+    assert all(torch.equal(lazy.state[ours]["exp_avg"][r], torch.zeros(5)) for r in untouched)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_gathered_rows_give_the_table_gradient(dropout):
+    """The training path (distinct rows gathered, gradient scattered back) equals autograd on
+    the whole table."""
+    ids = torch.tensor([4, 1, 4, 9, 1, 1, 2])
+    offsets = torch.tensor([0, 3, 3, 7])
+    encoder = MeanEmbeddingEncoder(12, 6, dropout=dropout)
+    encoder.train()
+    torch.manual_seed(5)
+    encoder(ids, offsets).pow(2).sum().backward()
+    expected = encoder.weight.grad.clone()
+    unique, local = torch.unique(ids, return_inverse=True)
+    rows = encoder.weight.detach().index_select(0, unique).requires_grad_()
+    torch.manual_seed(5)
+    encoder.forward_rows(rows, local, offsets).pow(2).sum().backward()
+    scattered = torch.zeros_like(expected).index_add_(0, unique, rows.grad)
+    assert torch.allclose(scattered, expected, atol=1e-6)
