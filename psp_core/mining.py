@@ -72,7 +72,7 @@ def _hardest(
     pool_t = pool.t()
     for start in range(0, len(anchors), chunk_rows):
         stop = min(start + chunk_rows, len(anchors))
-        similarity = anchors[start:stop] @ pool_t
+        similarity = (anchors[start:stop] @ pool_t).float()
         excluded = (pool_hash.unsqueeze(0) == anchor_hash[start:stop].unsqueeze(1)) | (
             pool_hash.unsqueeze(0) == partner_hash[start:stop].unsqueeze(1)
         )
@@ -99,7 +99,7 @@ def _hardest_both_ways(
     target_t = target.t()
     for start in range(0, n, chunk_rows):
         stop = min(start + chunk_rows, n)
-        similarity = source[start:stop] @ target_t
+        similarity = (source[start:stop] @ target_t).float()
         rows_hash = source_hash[start:stop].unsqueeze(1)
         same_text = rows_hash == target_hash.unsqueeze(0)
         # a source anchor must not get a copy of itself or of its partner
@@ -127,6 +127,7 @@ def mine_hard_negatives(
     *,
     negatives_from: str = "opposite",
     chunk_rows: int = 2048,
+    dtype: torch.dtype = torch.float32,
 ) -> Negatives:
     """Pick the hardest negative for every source and target sentence of a mega-batch.
 
@@ -135,13 +136,15 @@ def mine_hard_negatives(
         source_hash, target_hash: ``[n]`` int64 hashes from :func:`sentence_hashes`.
         negatives_from: ``"opposite"`` (bitext) or ``"any"`` (paraphrase data).
         chunk_rows: anchors per similarity block; peak memory is ``chunk_rows x pool`` floats.
+        dtype: precision of the similarity products (``torch.bfloat16`` is about 2.5x faster
+            on CPUs with AVX512-BF16 and picks a different negative in a few % of near ties).
     """
     if negatives_from not in NEGATIVE_SOURCES:
         raise ValueError(
             f"negatives_from must be one of {NEGATIVE_SOURCES}, got {negatives_from!r}"
         )
-    source = F.normalize(source.float(), dim=1)
-    target = F.normalize(target.float(), dim=1)
+    source = F.normalize(source.float(), dim=1).to(dtype)
+    target = F.normalize(target.float(), dim=1).to(dtype)
     if negatives_from == "opposite":
         for_source, for_target = _hardest_both_ways(
             source, target, source_hash, target_hash, chunk_rows

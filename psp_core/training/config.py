@@ -34,6 +34,8 @@ class TrainConfig:
         shuffle_block: pairs per block when reshuffling between epochs (bounded memory: block
             order and order within each block are permuted, seeded by ``seed`` and the epoch).
         mining_chunk_rows: rows per similarity block in negative mining (bounds memory).
+        mining_dtype: ``"float32"`` (exact) or ``"bfloat16"`` (faster similarity products on
+            hardware with bf16 support; a few % of near-tie negatives differ).
         max_steps: stop after this many mini-batches in total (None: run all epochs).
         device: ``"auto"`` (cuda if present, else cpu), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         num_threads: torch intra-op threads (None: torch's default).
@@ -55,6 +57,7 @@ class TrainConfig:
     checkpoint_every: int = 1000
     shuffle_block: int = 100_000
     mining_chunk_rows: int = 2048
+    mining_dtype: str = "float32"
     max_steps: int | None = None
     device: str = "auto"
     num_threads: int | None = None
@@ -67,6 +70,8 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.mining_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"mining_dtype must be float32 or bfloat16, got {self.mining_dtype!r}")
         if self.anneal_every < 0 or self.checkpoint_every < 0:
             raise ValueError("anneal_every and checkpoint_every must be >= 0")
         if not 0.0 <= self.dropout < 1.0:

@@ -28,6 +28,7 @@ class StepSettings:
     grad_clip: float
     negatives_from: str
     mining_chunk_rows: int
+    mining_dtype: torch.dtype
     device: torch.device
 
 
@@ -67,6 +68,7 @@ def train_megabatch(
         _hashes(mega.target, device),
         negatives_from=settings.negatives_from,
         chunk_rows=settings.mining_chunk_rows,
+        dtype=settings.mining_dtype,
     )
     del source_embeddings, target_embeddings
     if settings.negatives_from == "opposite":

@@ -181,6 +181,7 @@ def train(
             grad_clip=config.grad_clip,
             negatives_from=negatives_from,
             mining_chunk_rows=config.mining_chunk_rows,
+            mining_dtype=getattr(torch, config.mining_dtype),
             device=device,
         )
 

@@ -111,3 +111,14 @@ def test_unknown_negative_source_is_refused():
         mine_hard_negatives(
             unit([1.0]), unit([1.0]), hashes([[1]]), hashes([[2]]), negatives_from="x"
         )
+
+
+@pytest.mark.parametrize("negatives_from", ["opposite", "any"])
+def test_bfloat16_mining_agrees_on_clear_cases(negatives_from):
+    source = unit([1.0, 0.0], [0.0, 1.0], [0.7, 0.7])
+    target = unit([1.0, 0.05], [-1.0, 0.0], [0.9, 0.3])
+    args = (source, target, hashes([[1], [2], [3]]), hashes([[11], [12], [13]]))
+    exact = mine_hard_negatives(*args, negatives_from=negatives_from)
+    fast = mine_hard_negatives(*args, negatives_from=negatives_from, dtype=torch.bfloat16)
+    assert torch.equal(exact.for_source, fast.for_source)
+    assert torch.equal(exact.for_target, fast.for_target)
