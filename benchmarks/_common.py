@@ -1,0 +1,232 @@
+"""Shared helpers for the benchmark scripts (data location, machine info, the 50k
+sentencepiece model, timing summaries). Not part of psp_core.
+
+The scripts are run as ``python benchmarks/<name>.py``, so this directory is on ``sys.path``
+and ``import _common`` works without installing anything.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+
+log = logging.getLogger("benchmarks")
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def emit(result: dict) -> None:
+    """Print the one JSON object the scripts promise on stdout."""
+    sys.stdout.write(json.dumps(result, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def require_data(data_dir: Path, *parts: str) -> Path | None:
+    """Return ``data_dir/parts`` or, when it is absent, print ``{"skipped": ...}`` and return None."""
+    path = data_dir.joinpath(*parts)
+    if not path.exists():
+        message = (
+            f"real data not found at {path} (expected ../shared/data beside the repository, "
+            "or pass --data-dir); skipping"
+        )
+        log.warning(message)
+        emit({"skipped": message})
+        return None
+    return path
+
+
+def machine_info() -> dict:
+    import numpy
+    import sentencepiece
+    import torch
+
+    cpu_model = "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        nproc = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        nproc = os.cpu_count()
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # noqa: BLE001 - informative only
+        capability = None
+    return {
+        "cpu_model": cpu_model,
+        "nproc": nproc,
+        "cpu_capability": capability,
+        "torch": torch.__version__,
+        "torch_default_threads": torch.get_num_threads(),
+        "numpy": numpy.__version__,
+        "sentencepiece": sentencepiece.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": loadavg(),
+    }
+
+
+def loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def summarize_times(times: list[float], items: int, cpu_times: list[float] | None = None) -> dict:
+    """Best and median throughput (items/s) of repeated timings of the same work.
+
+    ``cpu_times`` (process CPU seconds of each repeat) gives ``cpu_per_wall``: about the number
+    of busy threads; far below the thread count means the process was waiting (other load).
+    """
+    best = min(times)
+    median = statistics.median(times)
+    extra = {}
+    if cpu_times:
+        extra["cpu_per_wall_median"] = round(
+            statistics.median(c / t for c, t in zip(cpu_times, times, strict=True) if t > 0), 2
+        )
+    return {
+        "items": items,
+        "repeats": len(times),
+        "best_per_s": round(items / best, 1),
+        "median_per_s": round(items / median, 1),
+        "best_s": round(best, 6),
+        "median_s": round(median, 6),
+        "times_s": [round(t, 6) for t in times],
+        **extra,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# data
+
+
+def read_lines_gz(path: Path, limit: int | None = None) -> list[str]:
+    lines = []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for index, line in enumerate(handle):
+            if limit is not None and index >= limit:
+                break
+            lines.append(line.rstrip("\n"))
+    return lines
+
+
+def read_bitext(data_dir: Path, lang: str = "de", limit: int | None = None) -> tuple[list, list]:
+    folder = data_dir / "bitext" / f"en-{lang}"
+    english = read_lines_gz(folder / "combined.en.gz", limit)
+    other = read_lines_gz(folder / f"combined.{lang}.gz", limit)
+    if len(english) != len(other):
+        raise SystemExit(f"{folder}: {len(english)} English lines but {len(other)} {lang} lines")
+    return english, other
+
+
+def read_sts_sentences(data_dir: Path) -> tuple[list[str], list[str]]:
+    """Both sides of every ``eval/sts/*/*.tsv`` and ``eval/sts17/*.tsv`` (not deduplicated)."""
+    files = sorted((data_dir / "eval" / "sts").glob("*/*.tsv")) + sorted(
+        (data_dir / "eval" / "sts17").glob("*.tsv")
+    )
+    sentences: list[str] = []
+    for path in files:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) != 3:
+                    raise SystemExit(f"{path}:{number}: expected 3 tab-separated fields")
+                sentences.extend(fields[1:])
+    return sentences, [str(p.relative_to(data_dir)) for p in files]
+
+
+# --------------------------------------------------------------------------------------------
+# the sentencepiece model
+
+
+def spm_model(
+    data_dir: Path,
+    results_dir: Path,
+    *,
+    vocab_size: int = 50_000,
+    lang: str = "de",
+    max_pairs: int | None = None,
+    character_coverage: float = 0.995,
+) -> tuple[Path, dict]:
+    """Train (or reuse the cached) unigram model on the lowercased en-XX bitext.
+
+    Returns the model path and a description (cache hit, training seconds, actual vocab size).
+    """
+    import sentencepiece as spm
+
+    tag = f"spm-en-{lang}-unigram-v{vocab_size}-cc{character_coverage}"
+    if max_pairs is not None:
+        tag += f"-first{max_pairs}"
+    path = results_dir / f"{tag}.model"
+    info: dict = {"path": str(path), "requested_vocab_size": vocab_size, "lang": lang}
+    if path.is_file():
+        info["cached"] = True
+    else:
+        english, other = read_bitext(data_dir, lang, max_pairs)
+
+        def sentences() -> Iterator[str]:
+            for line in english:
+                yield line.lower()
+            for line in other:
+                yield line.lower()
+
+        log.info(
+            "training sentencepiece unigram model, vocab %d, on %d lowercased sentences "
+            "(cached afterwards at %s)",
+            vocab_size,
+            len(english) + len(other),
+            path,
+        )
+        writer = io.BytesIO()
+        started = time.perf_counter()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences(),
+            model_writer=writer,
+            model_type="unigram",
+            vocab_size=vocab_size,
+            hard_vocab_limit=False,
+            character_coverage=character_coverage,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=1,
+        )
+        info["train_seconds"] = round(time.perf_counter() - started, 1)
+        info["train_sentences"] = len(english) + len(other)
+        info["cached"] = False
+        results_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+        tmp.write_bytes(writer.getvalue())
+        os.replace(tmp, path)
+        log.info("sentencepiece model trained in %.1f s", info["train_seconds"])
+    proto = path.read_bytes()
+    processor = spm.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(proto)
+    info["vocab_size"] = processor.GetPieceSize()
+    info["sha256"] = hashlib.sha256(proto).hexdigest()
+    return path, info

@@ -1,0 +1,303 @@
+"""Embedding speed of psp_core on the real STS sentences (sentences/s).
+
+For each torch thread count (default 1 and 2; the tokenizer gets the same number of
+sentencepiece threads) it measures, repeating each measurement and reporting best and median:
+
+* ``with_tokenization``: ``model.embed(sentences, batch_size=64)`` (sorts by length, tokenizes,
+  embeds batch by batch);
+* ``without_tokenization``: the sentences pre-tokenized once (sorted by length), then only
+  ``model.embed_ids`` on slices of 64 sentences, written into one output array;
+* ``naive_numpy``: a baseline, a Python loop over the pre-tokenized sentences doing
+  ``table[ids].mean(0)``;
+* diagnostics: ``tokenize_only`` (``Tokenizer.encode`` in the blocks ``embed`` uses) and
+  ``spm_encode_only`` (the bare ``SentencePieceProcessor.Encode`` call on pre-lowercased text).
+
+The model: a sentencepiece unigram model (vocab 50,000, trained on the lowercased en-de bitext,
+cached under benchmarks/results/) and a random float32 table [vocab, 1024]; the speed does not
+depend on the values.
+
+Targets (1 thread): >= 60,000 sentences/s with tokenization, >= 200,000/s without. When one is
+missed (or with ``--profile always``) the 1-thread ``embed`` call is run under cProfile and the
+top functions are reported.
+
+Prints one JSON object on stdout; logs go to stderr. ``--quick`` runs a small smoke version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import _common
+import numpy as np
+
+TARGET_WITH_TOKENIZATION = 60_000
+TARGET_WITHOUT_TOKENIZATION = 200_000
+
+log = _common.log
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
+    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    parser.add_argument("--vocab-size", type=int, default=50_000)
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--naive-repeats", type=int, default=3)
+    parser.add_argument(
+        "--spm-max-pairs",
+        type=int,
+        default=None,
+        help="train the sentencepiece model on only the first N bitext pairs",
+    )
+    parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: vocab 8000 (spm on 20k pairs), 3 repeats, 1 naive repeat",
+    )
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.vocab_size = 8000
+        args.spm_max_pairs = args.spm_max_pairs or 20_000
+        args.repeats = min(args.repeats, 3)
+        args.naive_repeats = 1
+    args.threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
+    return args
+
+
+def timed(function, repeats: int, items: int) -> tuple[dict, object]:
+    """Run ``function`` ``repeats`` times; returns the summary and the last result."""
+    times, cpu, result = [], [], None
+    for _ in range(repeats):
+        cpu_started = time.process_time()
+        started = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
+    return _common.summarize_times(times, items, cpu), result
+
+
+def profile_embed(model, sentences: list[str], batch_size: int, top: int = 25) -> dict:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    started = time.perf_counter()
+    model.embed(sentences, batch_size=batch_size)
+    elapsed = time.perf_counter() - started
+    profiler.disable()
+    stream = io.StringIO()
+    stats = pstats.Stats(profiler, stream=stream)
+    stats.sort_stats("tottime").print_stats(top)
+    log.info("cProfile of model.embed (sorted by own time):\n%s", stream.getvalue())
+    rows = []
+    for (filename, line, name), (_cc, nc, tt, ct, _callers) in stats.stats.items():
+        rows.append(
+            {
+                "function": f"{Path(filename).name}:{line}({name})",
+                "ncalls": nc,
+                "tottime_s": round(tt, 5),
+                "cumtime_s": round(ct, 5),
+            }
+        )
+    rows.sort(key=lambda row: row["tottime_s"], reverse=True)
+    total = sum(row["tottime_s"] for row in rows)
+    return {
+        "profiled_seconds": round(elapsed, 4),
+        "profiled_sentences_per_s": round(len(sentences) / elapsed, 1),
+        "total_own_time_s": round(total, 4),
+        "top_by_own_time": rows[:top],
+    }
+
+
+def measure(
+    args: argparse.Namespace,
+    threads: int,
+    proto: bytes,
+    table: np.ndarray,
+    sentences: list[str],
+    order: np.ndarray,
+) -> tuple[dict, bool]:
+    """All measurements at one thread count; returns the record and whether outputs agree."""
+    import torch
+
+    from psp_core import BundleConfig, PSPModel, Tokenizer
+
+    n, bs, vocab = len(sentences), args.batch_size, len(table)
+    sorted_sentences = [sentences[i] for i in order]
+    torch.set_num_threads(threads)
+    tokenizer = Tokenizer(proto, num_threads=threads)
+    config = BundleConfig(dim=args.dim, vocab_size=vocab, spm_sha256=tokenizer.sha256)
+    model = PSPModel(tokenizer, table, config)
+    log.info("threads=%d (torch.get_num_threads()=%d)", threads, torch.get_num_threads())
+
+    model.embed(sentences, batch_size=bs)  # warm-up
+    with_tok, reference = timed(lambda: model.embed(sentences, batch_size=bs), args.repeats, n)
+    log.info("  with tokenization:    best %.0f/s", with_tok["best_per_s"])
+
+    tokens = tokenizer.encode(sorted_sentences)
+    ids, offsets = tokens.ids, tokens.offsets
+
+    def embed_pretokenized() -> np.ndarray:
+        out = np.empty((n, args.dim), dtype=np.float32)
+        for start in range(0, n, bs):
+            stop = min(start + bs, n)
+            low, high = offsets[start], offsets[stop]
+            out[start:stop] = model.embed_ids(ids[low:high], offsets[start : stop + 1] - low)
+        return out
+
+    embed_pretokenized()
+    without_tok, pretokenized = timed(embed_pretokenized, args.repeats, n)
+    log.info("  without tokenization: best %.0f/s", without_tok["best_per_s"])
+
+    id_list = [ids[offsets[i] : offsets[i + 1]] for i in range(n)]
+
+    def naive() -> np.ndarray:
+        out = np.empty((n, args.dim), dtype=np.float32)
+        for i, sentence_ids in enumerate(id_list):
+            if len(sentence_ids):
+                out[i] = table[sentence_ids].mean(0)
+            else:
+                out[i] = 0.0
+        return out
+
+    naive_stats, naive_out = timed(naive, args.naive_repeats, n)
+    log.info("  naive numpy loop:     best %.0f/s", naive_stats["best_per_s"])
+
+    block = 8192 - 8192 % bs  # the blocks PSPModel.embed tokenizes
+
+    def tokenize_only() -> None:
+        for start in range(0, n, block):
+            tokenizer.encode(sorted_sentences[start : start + block])
+
+    tok_stats, _ = timed(tokenize_only, args.repeats, n)
+    lowered = [s.lower() for s in sorted_sentences]
+    spm_stats, _ = timed(
+        lambda: tokenizer.processor.Encode(lowered, out_type=int, num_threads=threads),
+        args.repeats,
+        n,
+    )
+    log.info(
+        "  tokenize only:        best %.0f/s (bare spm Encode %.0f/s)",
+        tok_stats["best_per_s"],
+        spm_stats["best_per_s"],
+    )
+
+    # the three ways must give the same vectors
+    same = np.allclose(reference[order], pretokenized, atol=1e-5) and np.allclose(
+        pretokenized, naive_out, atol=1e-4
+    )
+    record = {
+        "with_tokenization": with_tok,
+        "without_tokenization": without_tok,
+        "naive_numpy": naive_stats,
+        "tokenize_only": tok_stats,
+        "spm_encode_only": spm_stats,
+        "speedup_vs_naive_without_tokenization": round(
+            without_tok["best_per_s"] / naive_stats["best_per_s"], 2
+        ),
+        "mean_pieces_per_sentence": round(len(ids) / n, 2),
+    }
+    return record, bool(same)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _common.setup_logging(args.verbose)
+    for parts in (("eval", "sts"), ("eval", "sts17"), ("bitext", "en-de")):
+        if _common.require_data(args.data_dir, *parts) is None:
+            return 0
+
+    import torch
+
+    from psp_core import BundleConfig, PSPModel, Tokenizer
+
+    machine = _common.machine_info()
+    sentences, files = _common.read_sts_sentences(args.data_dir)
+    log.info("%d STS sentences from %d files", len(sentences), len(files))
+    spm_path, spm_info = _common.spm_model(
+        args.data_dir, args.results_dir, vocab_size=args.vocab_size, max_pairs=args.spm_max_pairs
+    )
+    proto = spm_path.read_bytes()
+    vocab = spm_info["vocab_size"]
+    table = np.random.default_rng(args.seed).standard_normal((vocab, args.dim), dtype=np.float32)
+    n = len(sentences)
+    bs = args.batch_size
+    order = np.argsort(np.fromiter(map(len, sentences), np.int64, n), kind="stable")
+
+    per_threads: dict[str, dict] = {}
+    profile = None
+    agree = True
+    for threads in args.threads:
+        record, same = measure(args, threads, proto, table, sentences, order)
+        per_threads[str(threads)] = record
+        agree = agree and same
+
+    targets: dict = {}
+    one = per_threads.get("1")
+    if one is not None:
+        targets = {
+            "with_tokenization_1_thread": {
+                "target_per_s": TARGET_WITH_TOKENIZATION,
+                "best_per_s": one["with_tokenization"]["best_per_s"],
+                "median_per_s": one["with_tokenization"]["median_per_s"],
+                "passed_best": one["with_tokenization"]["best_per_s"] >= TARGET_WITH_TOKENIZATION,
+                "passed_median": one["with_tokenization"]["median_per_s"]
+                >= TARGET_WITH_TOKENIZATION,
+            },
+            "without_tokenization_1_thread": {
+                "target_per_s": TARGET_WITHOUT_TOKENIZATION,
+                "best_per_s": one["without_tokenization"]["best_per_s"],
+                "median_per_s": one["without_tokenization"]["median_per_s"],
+                "passed_best": one["without_tokenization"]["best_per_s"]
+                >= TARGET_WITHOUT_TOKENIZATION,
+                "passed_median": one["without_tokenization"]["median_per_s"]
+                >= TARGET_WITHOUT_TOKENIZATION,
+            },
+        }
+        missed = not all(t["passed_best"] for t in targets.values())
+        if args.profile == "always" or (args.profile == "auto" and missed):
+            torch.set_num_threads(1)
+            tokenizer = Tokenizer(proto, num_threads=1)
+            config = BundleConfig(dim=args.dim, vocab_size=vocab, spm_sha256=tokenizer.sha256)
+            profile = profile_embed(PSPModel(tokenizer, table, config), sentences, bs)
+
+    result = {
+        "benchmark": "embed_speed",
+        "machine": machine,
+        "parameters": {
+            "sentences": n,
+            "sts_files": files,
+            "deduplicated": False,
+            "batch_size": bs,
+            "dim": args.dim,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "naive_repeats": args.naive_repeats,
+            "quick": args.quick,
+            "seed": args.seed,
+            "tokenizer": {"lowercase": True, "max_length": 100, "pretokenizer": "none"},
+            "spm": spm_info,
+        },
+        "results": per_threads,
+        "outputs_agree": agree,
+        "targets": targets,
+        "all_targets_passed": bool(targets) and all(t["passed_best"] for t in targets.values()),
+        "profile_1_thread_embed": profile,
+        "loadavg_at_end": _common.loadavg(),
+    }
+    _common.emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
