@@ -126,7 +126,7 @@ def mine_hard_negatives(
     target_hash: torch.Tensor,
     *,
     negatives_from: str = "opposite",
-    chunk_rows: int = 2048,
+    chunk_rows: int = 512,
     dtype: torch.dtype = torch.float32,
 ) -> Negatives:
     """Pick the hardest negative for every source and target sentence of a mega-batch.

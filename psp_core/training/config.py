@@ -56,7 +56,7 @@ class TrainConfig:
     negatives_from: str | None = None
     checkpoint_every: int = 1000
     shuffle_block: int = 100_000
-    mining_chunk_rows: int = 2048
+    mining_chunk_rows: int = 512
     mining_dtype: str = "float32"
     max_steps: int | None = None
     device: str = "auto"
