@@ -35,6 +35,15 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
+def add_model_arguments(parser, *, batch_size: int) -> None:
+    """The data, cache and model-size flags every benchmark takes."""
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
+    parser.add_argument("--vocab-size", type=int, default=50_000)
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+
+
 def emit(result: dict) -> None:
     """Print the one JSON object the scripts promise on stdout."""
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=False) + "\n")

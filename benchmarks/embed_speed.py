@@ -44,11 +44,7 @@ log = _common.log
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
-    parser.add_argument("--vocab-size", type=int, default=50_000)
-    parser.add_argument("--dim", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=64)
+    _common.add_model_arguments(parser, batch_size=64)
     parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--naive-repeats", type=int, default=3)

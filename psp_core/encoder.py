@@ -53,12 +53,10 @@ class MeanEmbeddingEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Embed sentences given as flat ``ids`` and ``offsets`` (``n + 1`` entries, last = len)."""
-        if not (self.training and self.dropout > 0.0):
-            return self.bag(ids, offsets[:-1])
-        return self.forward_rows(self.bag.weight, ids, offsets)
+        return self.forward_rows(self.bag.weight, ids, offsets, sparse=self.sparse)
 
     def forward_rows(
-        self, rows: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor
+        self, rows: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, *, sparse: bool = False
     ) -> torch.Tensor:
         """Embed sentences whose ``ids`` index into ``rows`` (a table or a gathered part of it).
 
@@ -67,9 +65,9 @@ class MeanEmbeddingEncoder(nn.Module):
         """
         starts = offsets[:-1]
         if not (self.training and self.dropout > 0.0):
-            return F.embedding_bag(ids, rows, starts, mode="mean")
+            return F.embedding_bag(ids, rows, starts, mode="mean", sparse=sparse)
         lengths = offsets[1:] - starts
-        pieces = F.dropout(F.embedding(ids, rows), p=self.dropout, training=True)
+        pieces = F.dropout(F.embedding(ids, rows, sparse=sparse), p=self.dropout, training=True)
         sentence_of = torch.repeat_interleave(
             torch.arange(len(lengths), device=ids.device), lengths
         )
