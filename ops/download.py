@@ -34,6 +34,7 @@ import os
 import re
 import time
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def verify_zip_full(path: Path) -> None:
     with zipfile.ZipFile(path) as archive:
         try:
             bad = archive.testzip()
-        except (zipfile.BadZipFile, OSError, EOFError) as err:
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as err:
             raise DownloadError(f"{path} is a corrupt zip file ({err})") from err
     if bad is not None:
         raise DownloadError(f"{path} is a corrupt zip file: CRC mismatch in member {bad!r}")
