@@ -214,7 +214,12 @@ def _fetch_once(session: requests.Session, url: str, partial: Path, timeout: flo
             with open(partial, mode) as out:
                 for chunk in response.raw.stream(CHUNK_BYTES, decode_content=False):
                     out.write(chunk)
-        except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as err:
+        except (
+            urllib3.exceptions.HTTPError,
+            requests.RequestException,
+            ConnectionError,
+            TimeoutError,
+        ) as err:  # network trouble only: a full disk is not retried
             raise _Interrupted(f"transfer broke off ({type(err).__name__}: {err})") from err
     size = partial.stat().st_size
     if total is not None and size != total:
