@@ -1,7 +1,9 @@
 """Training speed (pairs/s) and peak memory of psp_core's trainer on the real en-de bitext.
 
-Speed: for each optimizer (``sparse``, ``dense``) and mega-batch size (default 1, 20, 100; dim
-1024, vocab 50,000) one ``psp_core.train(...)`` run with a fixed mega-batch
+Speed: for each optimizer (``sparse``, ``dense``), mega-batch size (default 1, 20, 100; dim
+1024, vocab 50,000) and, for ``sparse``, each negative-mining precision (default
+``float32-plain``, the baseline of plain float32 products, then ``float32``, the same negatives
+found by bfloat16 screening + float32 re-scoring) one ``psp_core.train(...)`` run with a fixed mega-batch
 (``anneal_every=0``), ``max_steps``, ``epochs=1``, no logging and no periodic checkpoints. Every
 step is timestamped through ``on_step``; the first mega-batch is warm-up, and the throughput is
 measured over whole mega-batches after it (so the once-per-mega-batch negative mining is counted
@@ -54,10 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--megabatches", default="1,20,100", help="comma-separated sizes")
     parser.add_argument("--optimizers", default="sparse,dense")
     parser.add_argument(
-        "--mining-dtype",
-        default="float32",
-        choices=["float32", "bfloat16"],
-        help="precision of the negative-mining similarity products (TrainConfig.mining_dtype)",
+        "--mining-dtypes",
+        default="float32-plain,float32",
+        help="comma-separated TrainConfig.mining_dtype values to measure with the sparse "
+        "optimizer (float32-plain is the baseline; dense runs use the default, float32)",
     )
     parser.add_argument(
         "--sparse-steps",
@@ -114,6 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.threads = len(os.sched_getaffinity(0))
     args.megabatches = [int(x) for x in str(args.megabatches).split(",") if x.strip()]
     args.optimizers = [x.strip() for x in str(args.optimizers).split(",") if x.strip()]
+    args.mining_dtypes = [x.strip() for x in str(args.mining_dtypes).split(",") if x.strip()]
     args.corpus_sizes = [int(x) for x in str(args.corpus_sizes).split(",") if x.strip()]
     return args
 
@@ -202,6 +205,7 @@ def speed_run(
     optimizer: str,
     megabatch: int,
     n_pairs: int,
+    mining_dtype: str,
 ) -> dict:
     from psp_core import TrainConfig, train
 
@@ -225,7 +229,7 @@ def speed_run(
         epochs=1,
         max_steps=max_steps,
         optimizer=optimizer,
-        mining_dtype=args.mining_dtype,
+        mining_dtype=mining_dtype,
         log_every=0,
         checkpoint_every=0,
         device="cpu",
@@ -238,10 +242,11 @@ def speed_run(
         stamps[step] = time.perf_counter()
         cpu[step] = time.process_time()
 
-    out = work_dir / f"{optimizer}-m{megabatch}"
+    out = work_dir / f"{optimizer}-m{megabatch}-{mining_dtype}"
     log.info(
-        "speed: optimizer=%s megabatch=%d steps=%d (warm-up %d)",
+        "speed: optimizer=%s mining=%s megabatch=%d steps=%d (warm-up %d)",
         optimizer,
+        mining_dtype,
         megabatch,
         max_steps,
         warmup_steps,
@@ -269,6 +274,7 @@ def speed_run(
     measured = last - warmup_steps
     record = {
         "optimizer": optimizer,
+        "mining_dtype": mining_dtype,
         "megabatch": megabatch,
         "steps": steps_done,
         "warmup_steps": warmup_steps,
@@ -440,18 +446,21 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_speed:
             speed_pairs = args.corpus_sizes[0]
             for optimizer in args.optimizers:
+                dtypes = args.mining_dtypes if optimizer == "sparse" else ["float32"]
                 for megabatch in args.megabatches:
-                    speed.append(
-                        speed_run(
-                            files[speed_pairs][0],
-                            spm_file,
-                            work_dir,
-                            args,
-                            optimizer,
-                            megabatch,
-                            speed_pairs,
+                    for mining_dtype in dtypes:
+                        speed.append(
+                            speed_run(
+                                files[speed_pairs][0],
+                                spm_file,
+                                work_dir,
+                                args,
+                                optimizer,
+                                megabatch,
+                                speed_pairs,
+                                mining_dtype,
+                            )
                         )
-                    )
         if not args.skip_rss:
             for n_pairs in args.corpus_sizes:
                 rss.append(rss_run(files[n_pairs][0], spm_file, work_dir, args, rss_steps))
@@ -460,7 +469,11 @@ def main(argv: list[str] | None = None) -> int:
 
     targets: dict = {}
     at_target = [
-        r for r in speed if r["optimizer"] == "sparse" and r["megabatch"] == TARGET_MEGABATCH
+        r
+        for r in speed
+        if r["optimizer"] == "sparse"
+        and r["megabatch"] == TARGET_MEGABATCH
+        and r["mining_dtype"] == "float32"
     ]
     if at_target:
         targets["sparse_megabatch_100_pairs_per_s"] = {
@@ -497,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "megabatches": args.megabatches,
             "optimizers": args.optimizers,
-            "mining_dtype": args.mining_dtype,
+            "mining_dtypes": args.mining_dtypes,
             "sparse_steps_requested": args.sparse_steps,
             "dense_steps_requested": args.dense_steps,
             "warmup_megabatches": args.warmup_megabatches,

@@ -3,10 +3,19 @@
 For each anchor the negative is the most cosine-similar candidate that is neither the anchor's
 partner nor a sentence whose piece ids equal the anchor's or the partner's (so a duplicate of
 the positive elsewhere in the mega-batch is never chosen). Identity of sentences is decided on
-64-bit hashes of their id sequences, so it costs one integer comparison per candidate.
+64-bit hashes of their id sequences.
 
-* Bitext: negatives for source sentences come from the target side and vice versa.
-* Paraphrase data: negatives come from any sentence of the mega-batch (both sides pooled).
+* Bitext: negatives for source sentences come from the target side and vice versa. One product
+  ``S @ T.T`` serves both: its row maxima are the sources' negatives and its column maxima the
+  targets'.
+* Paraphrase data: negatives come from any sentence of the mega-batch (both sides pooled). The
+  pooled product ``A @ A.T`` (``A = [S; T]``) is symmetric, so only its upper triangle of blocks
+  is computed and each block serves its rows and its columns: half the work of two products.
+
+The excluded candidates are few (the partner plus exact duplicates), so they are listed once per
+mega-batch as sparse ``(anchor, candidate)`` positions and written into each similarity block as
+``-inf``, instead of comparing hash matrices block by block. Per block the work is the matrix
+product plus one row and one column reduction.
 """
 
 from __future__ import annotations
@@ -60,62 +69,197 @@ class Negatives:
     for_target: torch.Tensor
 
 
-def _hardest(
-    anchors: torch.Tensor,
-    anchor_hash: torch.Tensor,
-    partner_hash: torch.Tensor,
-    pool: torch.Tensor,
-    pool_hash: torch.Tensor,
-    chunk_rows: int,
-) -> torch.Tensor:
-    result = torch.empty(len(anchors), dtype=torch.long, device=anchors.device)
-    pool_t = pool.t()
-    for start in range(0, len(anchors), chunk_rows):
-        stop = min(start + chunk_rows, len(anchors))
-        similarity = (anchors[start:stop] @ pool_t).float()
-        excluded = (pool_hash.unsqueeze(0) == anchor_hash[start:stop].unsqueeze(1)) | (
-            pool_hash.unsqueeze(0) == partner_hash[start:stop].unsqueeze(1)
+def equal_hash_positions(
+    anchor_keys: list[np.ndarray], pool_hash: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """All ``(anchor, candidate)`` with ``pool_hash[candidate] == keys[anchor]`` for any of the
+    ``anchor_keys`` arrays (each ``[n_anchors]``), sorted by anchor. Vectorized: one sort of the
+    pool and a ``searchsorted`` per key array."""
+    order = np.argsort(pool_hash, kind="stable")
+    sorted_hash = pool_hash[order]
+    anchors, candidates = [], []
+    for keys in anchor_keys:
+        low = np.searchsorted(sorted_hash, keys, side="left")
+        high = np.searchsorted(sorted_hash, keys, side="right")
+        counts = high - low
+        anchor = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
+        starts = np.repeat(low - np.cumsum(counts) + counts, counts)
+        anchors.append(anchor)
+        candidates.append(order[np.arange(len(anchor), dtype=np.int64) + starts])
+    anchor = np.concatenate(anchors)
+    candidate = np.concatenate(candidates)
+    by_anchor = np.argsort(anchor, kind="stable")
+    return anchor[by_anchor], candidate[by_anchor]
+
+
+class _Exclusions:
+    """Excluded ``(anchor, candidate)`` positions, sliced by anchor range in O(log n)."""
+
+    def __init__(self, anchor: np.ndarray, candidate: np.ndarray, device: torch.device) -> None:
+        self._anchor_np = anchor
+        self.anchor = torch.from_numpy(anchor).to(device)
+        self.candidate = torch.from_numpy(candidate).to(device)
+
+    def between(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        low, high = np.searchsorted(self._anchor_np, [start, stop])
+        return self.anchor[low:high], self.candidate[low:high]
+
+
+def _bf16_window(vectors: list[torch.Tensor]) -> float:
+    """How far below an anchor's best bfloat16 score a candidate may be and still be the
+    float32 best, for unit vectors drawn from ``vectors`` (rigorous, not a tolerance).
+
+    With ``a = ã + r_a`` (``ã`` the bfloat16 rounding, ``r_a`` its residual, computed exactly),
+    ``|a.b - ã.b̃| <= |ã||r_b| + |r_a||b̃| + |r_a||r_b|``; the kernel accumulates in float32
+    (``dim * 2**-24`` relative, Cauchy-Schwarz) and rounds its result to bfloat16 (at most
+    ``2**-8 * |cos|``, ``|cos| <= 1``). Two scores are each off by at most that much, so the
+    window is twice the sum. Typically about 0.015.
+    """
+    u = 2.0**-8
+    norm = max(float(torch.linalg.vector_norm(v.bfloat16().float(), dim=1).max()) for v in vectors)
+    residual = max(
+        float(torch.linalg.vector_norm(v - v.bfloat16().float(), dim=1).max()) for v in vectors
+    )
+    dim = vectors[0].shape[1]
+    error = 2 * norm * residual + residual**2 + dim * 2.0**-24 * norm * norm + u * 1.001
+    return 2 * error * 1.001
+
+
+class _Screen:
+    """Collects every (anchor, candidate) whose bfloat16 score is within ``window`` of the
+    anchor's best so far, so that the exact pass re-scores only those pairs in float32."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def mark(self, view, anchor_start, candidate_start, best_values) -> None:
+        threshold = best_values - self.window
+        threshold = torch.nextafter(  # rounded down: the collected set may only grow
+            threshold.to(view.dtype), torch.tensor(float("-inf"), dtype=view.dtype)
+        ).masked_fill_(torch.isneginf(threshold), float("inf"))
+        rows, columns = (view >= threshold.unsqueeze(1)).nonzero(as_tuple=True)
+        self.parts.append(
+            (rows + anchor_start, columns + candidate_start, view[rows, columns].float())
         )
-        similarity.masked_fill_(excluded, float("-inf"))
-        best_value, best_index = similarity.max(dim=1)
-        best_index[torch.isneginf(best_value)] = -1
-        result[start:stop] = best_index
-    return result
+
+    def resolve(
+        self, anchors: torch.Tensor, pool: torch.Tensor, best: _RunningBest, pieces: int = 8192
+    ) -> torch.Tensor:
+        """The float32 best collected candidate of every anchor (-1: none). Pairs collected
+        against a running best that later rose are dropped first (they cannot win)."""
+        anchor, candidate, approximate = (torch.cat(c) for c in zip(*self.parts, strict=True))
+        keep = approximate >= best.value[anchor] - self.window
+        anchor, candidate = anchor[keep], candidate[keep]
+        exact = torch.cat(
+            [
+                (anchors[anchor[i : i + pieces]] * pool[candidate[i : i + pieces]]).sum(dim=1)
+                for i in range(0, len(anchor), pieces)
+            ]
+            or [anchors.new_zeros(0)]
+        )
+        n = len(anchors)
+        top = torch.full((n,), float("-inf"), device=anchors.device)
+        top = top.scatter_reduce(0, anchor, exact, reduce="amax")
+        at_top = exact == top[anchor]
+        result = torch.full((n,), len(pool), dtype=torch.long, device=anchors.device)
+        result = result.scatter_reduce(0, anchor[at_top], candidate[at_top], reduce="amin")
+        return result.masked_fill_(result == len(pool), -1)
 
 
-def _hardest_both_ways(
-    source: torch.Tensor,
-    target: torch.Tensor,
-    source_hash: torch.Tensor,
-    target_hash: torch.Tensor,
-    chunk_rows: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bitext mining from one product ``source @ target.T``: row maxima give the negatives of
-    the sources, column maxima (accumulated over row chunks) those of the targets."""
+class _RunningBest:
+    """Best candidate so far for each anchor, merged block by block (first-seen wins ties)."""
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        self.value = torch.full((n,), float("-inf"), device=device)
+        self.index = torch.full((n,), -1, dtype=torch.long, device=device)
+
+    def merge(self, start: int, value: torch.Tensor, index: torch.Tensor) -> None:
+        stop = start + len(value)
+        value = value.float()
+        better = value > self.value[start:stop]
+        self.value[start:stop] = torch.where(better, value, self.value[start:stop])
+        self.index[start:stop] = torch.where(better, index, self.index[start:stop])
+
+    def result(self) -> torch.Tensor:
+        return self.index.masked_fill(torch.isneginf(self.value), -1)
+
+
+def _scan(
+    view: torch.Tensor,
+    anchor_start: int,
+    candidate_start: int,
+    exclusions: _Exclusions,
+    best: _RunningBest,
+    screen: _Screen | None,
+) -> None:
+    """Fold one similarity block into ``best``: rows of ``view`` are anchors from
+    ``anchor_start``, columns candidates from ``candidate_start`` (``view`` may be a transposed
+    block). Excluded positions are hidden as -inf and restored afterwards, so the same block can
+    be scanned again by columns."""
+    n_anchors, n_candidates = view.shape
+    anchor, candidate = exclusions.between(anchor_start, anchor_start + n_anchors)
+    inside = (candidate >= candidate_start) & (candidate < candidate_start + n_candidates)
+    index = (anchor[inside] - anchor_start, candidate[inside] - candidate_start)
+    saved = view[index]
+    view[index] = float("-inf")
+    value, chosen = view.max(dim=1)
+    best.merge(anchor_start, value, chosen + candidate_start)
+    if screen is not None:
+        screen.mark(view, anchor_start, candidate_start, best.value[anchor_start:][:n_anchors])
+    view[index] = saved
+
+
+def _hardest_bitext(source, target, source_hash, target_hash, chunk_rows, screen):
+    """Row and column maxima of ``source @ target.T`` under each side's exclusions."""
     n = len(source)
-    for_source = torch.empty(n, dtype=torch.long, device=source.device)
-    column_best = torch.full((len(target),), float("-inf"), device=source.device)
-    column_index = torch.full((len(target),), -1, dtype=torch.long, device=source.device)
-    target_t = target.t()
+    device = source.device
+    # a source anchor must not get a target equal to itself or to its partner (or a copy of it)
+    for_rows = _Exclusions(*equal_hash_positions([source_hash, target_hash], target_hash), device)
+    # a target anchor must not get a source equal to itself or to its partner (or a copy of it)
+    for_cols = _Exclusions(*equal_hash_positions([target_hash, source_hash], source_hash), device)
+    rows, cols = _RunningBest(n, device), _RunningBest(len(target), device)
+    row_screen = col_screen = None
+    low_source, low_target = source, target
+    if screen:
+        window = _bf16_window([source, target])
+        row_screen, col_screen = _Screen(window), _Screen(window)
+        low_source, low_target = source.bfloat16(), target.bfloat16()
+    low_target_t = low_target.t()
     for start in range(0, n, chunk_rows):
         stop = min(start + chunk_rows, n)
-        similarity = (source[start:stop] @ target_t).float()
-        rows_hash = source_hash[start:stop].unsqueeze(1)
-        same_text = rows_hash == target_hash.unsqueeze(0)
-        # a source anchor must not get a copy of itself or of its partner
-        partner_copy = target_hash[start:stop].unsqueeze(1) == target_hash.unsqueeze(0)
-        row_similarity = similarity.masked_fill(same_text | partner_copy, float("-inf"))
-        best_value, best_index = row_similarity.max(dim=1)
-        best_index[torch.isneginf(best_value)] = -1
-        for_source[start:stop] = best_index
-        # a target anchor (a column) must not get a copy of itself or of its partner
-        anchor_copy = rows_hash == source_hash.unsqueeze(0)
-        similarity.masked_fill_(same_text | anchor_copy, float("-inf"))
-        chunk_value, chunk_index = similarity.max(dim=0)
-        better = chunk_value > column_best
-        column_best = torch.where(better, chunk_value, column_best)
-        column_index = torch.where(better, chunk_index + start, column_index)
-    return for_source, column_index
+        block = low_source[start:stop] @ low_target_t
+        _scan(block, start, 0, for_rows, rows, row_screen)
+        _scan(block.t(), 0, start, for_cols, cols, col_screen)
+    if not screen:
+        return rows.result(), cols.result()
+    return (
+        row_screen.resolve(source, target, rows),
+        col_screen.resolve(target, source, cols),
+    )
+
+
+def _hardest_pooled(pool, pool_hash, partner_hash, chunk_rows, screen):
+    """For every row of the symmetric ``pool @ pool.T``, the best column under the row's
+    exclusions, computing only blocks on or right of the diagonal."""
+    n = len(pool)
+    device = pool.device
+    exclusions = _Exclusions(*equal_hash_positions([pool_hash, partner_hash], pool_hash), device)
+    best = _RunningBest(n, device)
+    marks = _Screen(_bf16_window([pool])) if screen else None
+    low = pool.bfloat16() if screen else pool
+    for start in range(0, n, chunk_rows):
+        stop = min(start + chunk_rows, n)
+        block = low[start:stop] @ low[start:].t()  # rows start..stop, columns start..n
+        _scan(block, start, start, exclusions, best, marks)
+        # the same block read by columns: candidates start..stop for anchors start..n
+        _scan(block.t(), start, start, exclusions, best, marks)
+    return marks.resolve(pool, pool, best) if screen else best.result()
+
+
+def fast_bfloat16_available(device: torch.device) -> bool:
+    """Whether bfloat16 products are fast here (CPUs with AVX512-BF16/AMX via oneDNN)."""
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 @torch.no_grad()
@@ -128,6 +272,7 @@ def mine_hard_negatives(
     negatives_from: str = "opposite",
     chunk_rows: int = 512,
     dtype: torch.dtype = torch.float32,
+    screen: bool | None = None,
 ) -> Negatives:
     """Pick the hardest negative for every source and target sentence of a mega-batch.
 
@@ -135,23 +280,40 @@ def mine_hard_negatives(
         source, target: ``[n, dim]`` embeddings of the pairs' two sides (row ``i`` are partners).
         source_hash, target_hash: ``[n]`` int64 hashes from :func:`sentence_hashes`.
         negatives_from: ``"opposite"`` (bitext) or ``"any"`` (paraphrase data).
-        chunk_rows: anchors per similarity block; peak memory is ``chunk_rows x pool`` floats.
-        dtype: precision of the similarity products (``torch.bfloat16`` is about 2.5x faster
-            on CPUs with AVX512-BF16 and picks a different negative in a few % of near ties).
+        chunk_rows: anchors per similarity block; peak memory is ``chunk_rows x pool`` values.
+        dtype: ``torch.float32`` picks exactly the float32 hardest negatives;
+            ``torch.bfloat16`` takes the best by bfloat16 products (faster, approximate: it may
+            pick a candidate up to ~0.01 cosine below the hardest).
+        screen: for ``float32``, screen with bfloat16 products and re-score in float32 every
+            candidate that the error bound of :func:`_bf16_window` cannot rule out. The result is the same as a float32 product, at about the
+            speed of a bfloat16 one. ``None``: screen where bfloat16 is fast
+            (:func:`fast_bfloat16_available`).
     """
     if negatives_from not in NEGATIVE_SOURCES:
         raise ValueError(
             f"negatives_from must be one of {NEGATIVE_SOURCES}, got {negatives_from!r}"
         )
-    source = F.normalize(source.float(), dim=1).to(dtype)
-    target = F.normalize(target.float(), dim=1).to(dtype)
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
+    if screen is None:
+        screen = dtype == torch.float32 and fast_bfloat16_available(source.device)
+    screen = screen and dtype == torch.float32
+    source = F.normalize(source.float(), dim=1)
+    target = F.normalize(target.float(), dim=1)
+    if not screen:
+        source, target = source.to(dtype), target.to(dtype)
+    source_hash_np = source_hash.cpu().numpy()
+    target_hash_np = target_hash.cpu().numpy()
     if negatives_from == "opposite":
-        for_source, for_target = _hardest_both_ways(
-            source, target, source_hash, target_hash, chunk_rows
+        for_source, for_target = _hardest_bitext(
+            source, target, source_hash_np, target_hash_np, chunk_rows, screen
         )
     else:
-        pool = torch.cat([source, target])
-        pool_hash = torch.cat([source_hash, target_hash])
-        for_source = _hardest(source, source_hash, target_hash, pool, pool_hash, chunk_rows)
-        for_target = _hardest(target, target_hash, source_hash, pool, pool_hash, chunk_rows)
+        n = len(source)
+        pool_hash = np.concatenate([source_hash_np, target_hash_np])
+        partner_hash = np.concatenate([target_hash_np, source_hash_np])
+        best = _hardest_pooled(
+            torch.cat([source, target]), pool_hash, partner_hash, chunk_rows, screen
+        )
+        for_source, for_target = best[:n], best[n:]
     return Negatives(for_source, for_target)

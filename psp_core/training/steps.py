@@ -29,6 +29,7 @@ class StepSettings:
     negatives_from: str
     mining_chunk_rows: int
     mining_dtype: torch.dtype
+    mining_screen: bool | None  # None: screen float32 mining with bfloat16 where it is fast
     device: torch.device
 
 
@@ -69,6 +70,7 @@ def train_megabatch(
         negatives_from=settings.negatives_from,
         chunk_rows=settings.mining_chunk_rows,
         dtype=settings.mining_dtype,
+        screen=settings.mining_screen,
     )
     del source_embeddings, target_embeddings
     if settings.negatives_from == "opposite":

@@ -181,7 +181,8 @@ def train(
             grad_clip=config.grad_clip,
             negatives_from=negatives_from,
             mining_chunk_rows=config.mining_chunk_rows,
-            mining_dtype=getattr(torch, config.mining_dtype),
+            mining_dtype=torch.bfloat16 if config.mining_dtype == "bfloat16" else torch.float32,
+            mining_screen=False if config.mining_dtype == "float32-plain" else None,
             device=device,
         )
 
