@@ -4,7 +4,8 @@ The segmenter is ``psp_core.tokenizer.make_pretokenizer("jieba")``, the very fun
 model's tokenizer applies at inference, so the text sentencepiece is trained on is the text it
 will see. Both sides go through it (the model sees English through the same pre-tokenizer).
 jieba builds its prefix dictionary once and caches it in ``cache_dir``; it is pure Python
-(roughly 100k-200k characters/s per core), so ``workers`` processes segment batches in parallel.
+(about 2,400 pairs, both sides, per CPU-second on real en-zh news text), so ``workers``
+processes segment batches in parallel.
 """
 
 from __future__ import annotations
