@@ -1,0 +1,90 @@
+"""Chinese word segmentation (jieba) of both sides of a pair file.
+
+The segmenter is ``psp_core.tokenizer.make_pretokenizer("jieba")``, the very function the
+model's tokenizer applies at inference, so the text sentencepiece is trained on is the text it
+will see. Both sides go through it (the model sees English through the same pre-tokenizer).
+jieba builds its prefix dictionary once and caches it in ``cache_dir``; it is pure Python
+(about 2,400 pairs, both sides, per CPU-second on real en-zh news text), so ``workers``
+processes segment batches in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from ops.ordered_pool import ordered_map
+from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
+from ops.stage_report import StageReport
+from psp_core.tokenizer import make_pretokenizer
+
+DEFAULT_BATCH = 8_192
+CACHE_FILE = "jieba.cache"
+
+# worker-process state for ordered_map (set by _init_worker, in a worker or in this process)
+_segment: Callable[[str], str] | None = None
+
+
+def configure_jieba(cache_dir: str | Path) -> Callable[[str], str]:
+    """Point jieba's dictionary cache at ``cache_dir``, quiet its logging, load it; return
+    the segmenter (``make_pretokenizer("jieba")``)."""
+    import jieba
+
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    jieba.setLogLevel(logging.WARNING)
+    jieba.dt.tmp_dir = str(cache_dir)
+    jieba.dt.cache_file = CACHE_FILE
+    jieba.dt.initialize()
+    segment = make_pretokenizer("jieba")
+    assert segment is not None
+    return segment
+
+
+def _init_worker(cache_dir: str) -> None:
+    global _segment
+    _segment = configure_jieba(cache_dir)
+
+
+def _segment_sides(lines: tuple[list[str], list[str]]) -> tuple[list[str], list[str]]:
+    assert _segment is not None
+    return [_segment(text) for text in lines[0]], [_segment(text) for text in lines[1]]
+
+
+def segment_pairs(
+    input: str | Path,
+    output: str | Path,
+    *,
+    cache_dir: str | Path,
+    workers: int = 1,
+    batch_size: int = DEFAULT_BATCH,
+) -> StageReport:
+    """Write ``input`` with both sides segmented by jieba (tokens joined by single spaces).
+
+    Nothing is dropped; a ``score`` column is passed through. ``workers`` processes segment
+    batches in parallel (1 = this process); the output keeps the input order.
+    """
+    _, src_lang, tgt_lang, has_score = pair_file_info(input)
+    report = StageReport("segment_jieba")
+    with PairWriter(output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score) as writer:
+        for batch, (src, tgt) in ordered_map(
+            _segment_sides,
+            iter_pair_batches(input, batch_size),
+            payload=lambda batch: (
+                batch.column("src").to_pylist(),
+                batch.column("tgt").to_pylist(),
+            ),
+            workers=workers,
+            initializer=_init_worker,
+            initargs=(str(cache_dir),),
+        ):
+            report.n_in += batch.num_rows
+            columns = [pa.array(src, pa.string()), pa.array(tgt, pa.string())]
+            if has_score:
+                columns.append(batch.column("score"))
+            writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=writer.schema))
+            report.n_out += batch.num_rows
+    return report.finish()

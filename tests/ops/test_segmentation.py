@@ -1,0 +1,61 @@
+from pathlib import Path
+
+import pytest
+
+from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs
+from ops.segmentation import CACHE_FILE, segment_pairs
+from ops.text_io import read_aligned
+from psp_core.tokenizer import make_pretokenizer
+from tests.conftest import require_shared_data
+
+PAIRS = [
+    ("the weather is lovely today.", "今天天气很好，我们去海滩。"),
+    ("28-year-old chef found dead", "28岁厨师被发现死于旧金山一家商场"),
+    ("hello,  world", "我爱北京天安门"),
+    ("", ""),
+]
+
+
+def write_pairs(path: Path, pairs, *, scores=None) -> Path:
+    with PairWriter(path, src_lang="en", tgt_lang="zh", with_score=scores is not None) as w:
+        w.write([p[0] for p in pairs], [p[1] for p in pairs], scores)
+    return path
+
+
+def test_segments_both_sides_like_the_model_tokenizer(tmp_path: Path) -> None:
+    source = write_pairs(tmp_path / "in.parquet", PAIRS, scores=[0.5, 0.6, 0.7, 0.8])
+    report = segment_pairs(source, tmp_path / "out.parquet", cache_dir=tmp_path / "cache")
+    assert (report.n_in, report.n_out, dict(report.dropped)) == (4, 4, {})
+    segment = make_pretokenizer("jieba")
+    ((src, tgt, score),) = iter_pair_chunks(tmp_path / "out.parquet")
+    assert src == [segment(s) for s, _ in PAIRS] and tgt == [segment(t) for _, t in PAIRS]
+    assert tgt[2] == "我 爱 北京 天安门" and src[2] == "hello , world"
+    assert score == pytest.approx([0.5, 0.6, 0.7, 0.8])
+    assert (tmp_path / "cache" / CACHE_FILE).is_file()
+
+
+def test_workers_keep_the_order(tmp_path: Path) -> None:
+    pairs = [(f"line {i}", f"第{i}行，{PAIRS[i % 3][1]}") for i in range(200)]
+    source = write_pairs(tmp_path / "in.parquet", pairs)
+    segment_pairs(source, tmp_path / "one.parquet", cache_dir=tmp_path / "c", batch_size=16)
+    segment_pairs(
+        source, tmp_path / "two.parquet", cache_dir=tmp_path / "c", batch_size=16, workers=2
+    )
+    assert list(iter_pairs(tmp_path / "one.parquet")) == list(iter_pairs(tmp_path / "two.parquet"))
+
+
+@pytest.mark.real_data
+def test_real_chinese_is_segmented(tmp_path: Path) -> None:
+    folder = require_shared_data("bitext", "en-zh")
+    pairs = []
+    for pair in read_aligned(folder / "combined.en.gz", folder / "combined.zh.gz"):
+        pairs.append(pair)
+        if len(pairs) == 2000:
+            break
+    source = write_pairs(tmp_path / "in.parquet", pairs)
+    report = segment_pairs(source, tmp_path / "out.parquet", cache_dir=tmp_path / "cache")
+    assert report.n_out == 2000
+    segmented = [t for _, t in iter_pairs(tmp_path / "out.parquet")]
+    # nearly every Chinese line splits into several words, and no character is lost
+    assert sum(" " in t for t in segmented) > 0.95 * len(segmented)
+    assert [t.replace(" ", "") for t in segmented] == [t.replace(" ", "") for _, t in pairs]
