@@ -50,7 +50,11 @@ def _decode(data: bytes, where: str) -> str:
 
 
 def _lines(data: bytes, where: str) -> list[str]:
-    return [line.rstrip("\r") for line in _decode(data, where).split("\n")]
+    """Lines without their ``\\n`` / ``\\r\\n`` (only ``\\n`` separates lines)."""
+    lines = _decode(data, where).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -62,9 +66,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def sts_rows(input_lines: list[str], gold_lines: list[str], where: str) -> list[str]:
     """``gold<TAB>s1<TAB>s2`` rows from an input file and its gold file (unscored pairs skipped)."""
-    while input_lines and not input_lines[-1].strip():
-        input_lines = input_lines[:-1]
-    gold_lines = gold_lines[: len(input_lines)]
     if len(gold_lines) != len(input_lines):
         raise ValueError(
             f"{where}: {len(input_lines)} sentence pairs but {len(gold_lines)} gold lines"
