@@ -119,20 +119,20 @@ def mine(
     if mode not in MODES:
         raise ValueError(f"unknown mining mode {mode!r}; expected one of {MODES}")
     check_pair(source, target, k, block_size)
+    if len(source) == 0 or len(target) == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return MinedPairs(np.empty(0, dtype=np.float32), empty, empty.copy())
     hoods = neighbourhoods(source, target, k, block_size=block_size, backend=backend)
-    pairs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    if mode in ("forward", "intersection"):
-        target_of, forward_scores = margin_best(hoods, "forward")
-        pairs.append((np.arange(len(source)), target_of, forward_scores))
-    if mode in ("backward", "intersection"):
-        source_of, backward_scores = margin_best(hoods, "backward")
-        pairs.append((source_of, np.arange(len(target)), backward_scores))
-    if mode == "intersection":
-        (src, tgt, scores), (_, _, _) = pairs
-        keep = source_of[tgt] == src if len(tgt) else np.zeros(0, dtype=bool)
-        src, tgt, scores = src[keep], tgt[keep], scores[keep]
+    if mode == "backward":
+        src, scores = margin_best(hoods, "backward")
+        tgt = np.arange(len(target))
     else:
-        src, tgt, scores = pairs[0]
+        tgt, scores = margin_best(hoods, "forward")
+        src = np.arange(len(source))
+        if mode == "intersection":  # the margin is symmetric: forward score = backward score
+            source_of, _ = margin_best(hoods, "backward")
+            keep = source_of[tgt] == src
+            src, tgt, scores = src[keep], tgt[keep], scores[keep]
     valid = _nonzero_rows(source)[src] & _nonzero_rows(target)[tgt]
     if threshold is not None:
         valid &= scores >= threshold

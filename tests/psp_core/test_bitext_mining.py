@@ -180,6 +180,15 @@ def test_mine_files_recovers_a_shuffled_copy(tmp_path, model, toy):
     assert [p.name for p in output.parent.iterdir()] == ["mined.tsv"]  # no work files left
 
 
+def test_mine_files_with_an_empty_file_writes_an_empty_output(tmp_path, model):
+    (tmp_path / "a.txt").write_text("one sentence\n")
+    (tmp_path / "b.txt").write_text("")
+    report = mine_files(model, tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "o.tsv")
+    assert report.pairs_written == 0 and (tmp_path / "o.tsv").read_text() == ""
+    for mode in ("forward", "backward", "intersection"):
+        assert len(mine(np.ones((3, 4)), np.ones((0, 4)), mode=mode)) == 0
+
+
 def test_mine_files_names_a_missing_file(tmp_path, model):
     (tmp_path / "a.txt").write_text("x\n")
     with pytest.raises(FileNotFoundError, match="b.txt"):
