@@ -1,4 +1,4 @@
-"""The ``psp`` command line: embed, score, train, info."""
+"""The ``psp`` command line: embed, score, train, info, evaluate, mine, fetch-eval-data."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from psp_core.bundle import BundleError, read_config
+from psp_core.evaluation.data import DownloadError
 from psp_core.model import load_model
 from psp_core.training import NonFiniteLossError, TrainConfig, train
 from psp_core.training_file import TrainingFileError
@@ -161,6 +162,83 @@ def cmd_info(args: argparse.Namespace) -> None:
     print(json.dumps(summary, indent=2))
 
 
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from psp_core.evaluation import SUITES, evaluate_model
+
+    eval_dir = Path(args.eval_dir)
+    if not eval_dir.is_dir():
+        raise CliError(f"evaluation directory {eval_dir} does not exist or is not a directory")
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown or not suites:
+        raise CliError(f"--suites {args.suites!r}: expected a comma-separated subset of {SUITES}")
+    languages = args.tatoeba_languages.split(",") if args.tatoeba_languages else None
+    model = load_model(args.model, num_threads=args.threads)
+    results = evaluate_model(
+        model,
+        eval_dir,
+        suites,
+        tatoeba_languages=languages,
+        speed_repeats=args.speed_repeats,
+        model_name=str(args.model),
+    )
+    sys.stdout.write(results.to_markdown())
+    if args.output_json:
+        output = Path(args.output_json)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary(output)
+        tmp.write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, output)
+        log.info("wrote %s", output)
+
+
+def cmd_mine(args: argparse.Namespace) -> None:
+    from psp_core.bitext_mining import mine_files
+
+    source = _require_file(Path(args.source_file), "source file")
+    target = _require_file(Path(args.target_file), "target file")
+    if args.k < 1:
+        raise CliError(f"--k must be >= 1, got {args.k}")
+    model = load_model(args.model, num_threads=args.threads)
+    report = mine_files(
+        model,
+        source,
+        target,
+        args.output_file,
+        k=args.k,
+        mode=args.mode,
+        threshold=args.threshold,
+        batch_size=args.batch_size,
+        block_size=args.block_size,
+        backend=args.backend,
+    )
+    log.info(
+        "%d pairs from %d source and %d target sentences -> %s",
+        report.pairs_written,
+        report.source_sentences,
+        report.target_sentences,
+        report.output,
+    )
+
+
+def cmd_fetch_eval_data(args: argparse.Namespace) -> None:
+    from psp_core.evaluation.data import DEFAULT_EVAL_SOURCES, EvalSource, prepare_eval_data
+
+    sources = dict(DEFAULT_EVAL_SOURCES)
+    if args.sources_json:
+        path = _require_file(Path(args.sources_json), "sources file")
+        try:
+            table = json.loads(path.read_text(encoding="utf-8"))
+            sources = {name: EvalSource(**entry) for name, entry in table.items()}
+        except (json.JSONDecodeError, TypeError, AttributeError) as error:
+            raise CliError(
+                f"{path}: expected a JSON object {{file name: {{url, format[, sha256]}}}} ({error})"
+            ) from error
+    formats = args.formats.split(",") if args.formats else None
+    written = prepare_eval_data(args.dest, sources=sources, formats=formats)
+    print(json.dumps({"written": written}, indent=2))
+
+
 _TYPES = {"int": int, "float": float, "str": str, "int | None": int, "str | None": str}
 
 
@@ -222,6 +300,48 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="describe a model bundle")
     info.add_argument("model")
     info.set_defaults(handler=cmd_info)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="STS, STS 2017, STS Benchmark, Tatoeba and speed, beside the paper"
+    )
+    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument(
+        "--eval-dir", required=True, help="sts/YEAR/*.tsv, sts17/, stsb/, tatoeba/ (see README)"
+    )
+    evaluate.add_argument("--suites", default="sts,sts17,stsb,tatoeba,speed")
+    evaluate.add_argument("--output-json", help="also write the results as JSON here")
+    evaluate.add_argument(
+        "--tatoeba-languages", help="comma-separated LASER codes (default: all present)"
+    )
+    evaluate.add_argument("--speed-repeats", type=int, default=3)
+    evaluate.add_argument("--threads", type=int, default=1, help="tokenizer threads")
+    evaluate.set_defaults(handler=cmd_evaluate)
+
+    mine = commands.add_parser(
+        "mine", help="find translation pairs between two monolingual files (ratio margin)"
+    )
+    mine.add_argument("--model", required=True)
+    mine.add_argument("--source-file", required=True, help="one sentence per line")
+    mine.add_argument("--target-file", required=True, help="one sentence per line")
+    mine.add_argument("--output-file", required=True, help="TSV score<TAB>source<TAB>target")
+    mine.add_argument(
+        "--mode", choices=["forward", "backward", "intersection"], default="intersection"
+    )
+    mine.add_argument("--k", type=int, default=4, help="neighbourhood size of the margin")
+    mine.add_argument("--threshold", type=float, default=None, help="keep scores >= this")
+    mine.add_argument("--backend", choices=["auto", "torch", "faiss"], default="auto")
+    mine.add_argument("--block-size", type=int, default=4096, help="rows per search block")
+    mine.add_argument("--batch-size", type=int, default=64)
+    mine.add_argument("--threads", type=int, default=1, help="tokenizer threads")
+    mine.set_defaults(handler=cmd_mine)
+
+    fetch = commands.add_parser(
+        "fetch-eval-data", help="download and convert the official evaluation sets"
+    )
+    fetch.add_argument("--dest", required=True, help="evaluation directory to fill")
+    fetch.add_argument("--formats", help="e.g. sts2012,sts17-input,sts17-gold,stsb,tatoeba")
+    fetch.add_argument("--sources-json", help="{file name: {url, format[, sha256]}} (mirrors)")
+    fetch.set_defaults(handler=cmd_fetch_eval_data)
     return parser
 
 
@@ -240,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         TrainingFileError,
         NonFiniteLossError,
         FileNotFoundError,
+        DownloadError,
         ValueError,
     ) as error:
         print(f"psp: error: {error}", file=sys.stderr)

@@ -1,5 +1,60 @@
-"""Evaluation of P-SP models (STS correlations; more suites build on this)."""
+"""Evaluation of P-SP models: STS 2012-2016, STS 2017, STS Benchmark, Tatoeba, speed.
 
-from psp_core.evaluation.sts import StsEvaluator, pearson, read_sts_file, spearman
+    from psp_core import load_model
+    from psp_core.evaluation import evaluate_model
 
-__all__ = ["StsEvaluator", "pearson", "read_sts_file", "spearman"]
+    results = evaluate_model(load_model("models/de"), "../shared/data/eval")
+    print(results.to_markdown())          # our numbers beside the paper's
+    results.to_dict()                     # JSON-ready, with a ``missing`` list
+
+:class:`StsEvaluator` (one STS file -> Pearson x 100) is what training uses for model selection.
+"""
+
+from psp_core.evaluation.data import (
+    DEFAULT_EVAL_SOURCES,
+    EvalSource,
+    fetch_eval_data,
+    prepare_eval_data,
+)
+from psp_core.evaluation.results import EvaluationResults
+from psp_core.evaluation.runner import SUITES, evaluate_model
+from psp_core.evaluation.speed import SpeedResult, measure_speed, speed_sentences
+from psp_core.evaluation.sts import (
+    STS17_TRACKS,
+    STS_YEAR_DATASETS,
+    Correlation,
+    StsEvaluator,
+    StsPairs,
+    correlation,
+    evaluate_sts_pairs,
+    pearson,
+    read_sts_file,
+    spearman,
+)
+from psp_core.evaluation.tatoeba import TatoebaScore, error_rate, tatoeba_errors
+
+__all__ = [
+    "DEFAULT_EVAL_SOURCES",
+    "STS17_TRACKS",
+    "STS_YEAR_DATASETS",
+    "SUITES",
+    "Correlation",
+    "EvalSource",
+    "EvaluationResults",
+    "SpeedResult",
+    "StsEvaluator",
+    "StsPairs",
+    "TatoebaScore",
+    "correlation",
+    "error_rate",
+    "evaluate_model",
+    "evaluate_sts_pairs",
+    "fetch_eval_data",
+    "measure_speed",
+    "pearson",
+    "prepare_eval_data",
+    "read_sts_file",
+    "spearman",
+    "speed_sentences",
+    "tatoeba_errors",
+]

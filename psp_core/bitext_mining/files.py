@@ -1,0 +1,147 @@
+"""Mine translation pairs between two monolingual text files (one sentence per line).
+
+Each file is embedded chunk by chunk into a float32 ``.npy`` memory map in a temporary work
+directory beside the output, so memory does not grow with the files; the search itself is
+blocked (:mod:`psp_core.bitext_mining.search`). Sentences are read back for the output by their
+byte offsets, so no list of all lines is kept either. The output is written under a temporary
+name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from psp_core.bitext_mining.margin import mine
+from psp_core.bitext_mining.search import DEFAULT_BLOCK_SIZE
+from psp_core.model import PSPModel
+
+log = logging.getLogger(__name__)
+
+EMBED_CHUNK_LINES = 100_000
+
+
+@dataclass(frozen=True)
+class MiningReport:
+    """What :func:`mine_files` did."""
+
+    source_sentences: int
+    target_sentences: int
+    pairs_written: int
+    output: Path
+
+
+class LineFile:
+    """A UTF-8 text file indexed by line start offsets (one int64 per line)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"sentence file {self.path} does not exist or is not a file")
+        offsets = [0]
+        with open(self.path, "rb") as handle:
+            for raw in handle:
+                offsets.append(offsets[-1] + len(raw))
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @staticmethod
+    def _decode(raw: bytes, path: Path, number: int) -> str:
+        try:
+            return raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}:{number}: not valid UTF-8 ({error.reason})") from error
+
+    def __iter__(self) -> Iterator[str]:
+        with open(self.path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                yield self._decode(raw, self.path, number)
+
+    def lines_at(self, indices: np.ndarray) -> list[str]:
+        """The lines with the given 0-based indices, in that order."""
+        result = []
+        with open(self.path, "rb") as handle:
+            for index in indices:
+                handle.seek(int(self.offsets[index]))
+                result.append(self._decode(handle.readline(), self.path, int(index) + 1))
+        return result
+
+
+def embed_to_memmap(model: PSPModel, lines: LineFile, path: Path, batch_size: int) -> np.ndarray:
+    """Embed every line of ``lines`` into a float32 ``[n, dim]`` ``.npy`` memory map at ``path``."""
+    array = np.lib.format.open_memmap(
+        path, mode="w+", dtype=np.float32, shape=(len(lines), model.dim)
+    )
+    iterator, done = iter(lines), 0
+    while chunk := list(islice(iterator, EMBED_CHUNK_LINES)):
+        array[done : done + len(chunk)] = model.embed(chunk, batch_size=batch_size, normalize=True)
+        done += len(chunk)
+    array.flush()
+    return array
+
+
+def _clean(text: str) -> str:
+    return text.replace("\t", " ")
+
+
+def mine_files(
+    model: PSPModel,
+    source_file: str | Path,
+    target_file: str | Path,
+    output_file: str | Path,
+    *,
+    k: int = 4,
+    mode: str = "intersection",
+    threshold: float | None = None,
+    batch_size: int = 64,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    backend: str = "auto",
+) -> MiningReport:
+    """Write ``score<TAB>source sentence<TAB>target sentence`` lines, best score first.
+
+    See :func:`psp_core.bitext_mining.mine` for ``k``, ``mode``, ``threshold`` and the search
+    options. A tab inside a sentence is written as a space so the output stays three columns.
+    """
+    source, target = LineFile(source_file), LineFile(target_file)
+    output = Path(output_file)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    log.info("embedding %d source and %d target sentences", len(source), len(target))
+    with tempfile.TemporaryDirectory(prefix=".psp-mine-", dir=output.parent) as work:
+        source_vectors = embed_to_memmap(model, source, Path(work) / "source.npy", batch_size)
+        target_vectors = embed_to_memmap(model, target, Path(work) / "target.npy", batch_size)
+        pairs = mine(
+            source_vectors,
+            target_vectors,
+            k=k,
+            mode=mode,
+            threshold=threshold,
+            block_size=block_size,
+            backend=backend,
+        )
+        del source_vectors, target_vectors
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for start in range(0, len(pairs), EMBED_CHUNK_LINES):
+                stop = start + EMBED_CHUNK_LINES
+                src = source.lines_at(pairs.source_indices[start:stop])
+                tgt = target.lines_at(pairs.target_indices[start:stop])
+                handle.writelines(
+                    f"{score:.6f}\t{_clean(a)}\t{_clean(b)}\n"
+                    for score, a, b in zip(pairs.scores[start:stop], src, tgt, strict=True)
+                )
+        os.replace(tmp, output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    log.info("wrote %d pairs to %s", len(pairs), output)
+    return MiningReport(len(source), len(target), len(pairs), output)
