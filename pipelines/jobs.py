@@ -1,0 +1,30 @@
+"""Jobs, each selecting groups of the language-partitioned assets (a run is one language:
+the partition comes from the selected assets)."""
+
+from __future__ import annotations
+
+from dagster import AssetSelection, define_asset_job
+
+#: Asset groups in pipeline order; every asset belongs to exactly one.
+DATA_GROUPS = ("ingest", "filtering", "vocabulary", "packing")
+MODEL_GROUPS = ("training", "evaluation")
+
+psp_language_job = define_asset_job(
+    "psp_language_job",
+    selection=AssetSelection.groups(*DATA_GROUPS, *MODEL_GROUPS),
+    description="Everything for one language: download, filter, vocabulary, pack, train, evaluate.",
+)
+
+prepare_data_job = define_asset_job(
+    "prepare_data_job",
+    selection=AssetSelection.groups(*DATA_GROUPS),
+    description="Data preparation only: raw pairs to the packed training HDF5.",
+)
+
+train_evaluate_job = define_asset_job(
+    "train_evaluate_job",
+    selection=AssetSelection.groups(*MODEL_GROUPS),
+    description="Train on the packed data that is already there, then evaluate.",
+)
+
+JOBS = [psp_language_job, prepare_data_job, train_evaluate_job]

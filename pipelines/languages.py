@@ -1,0 +1,241 @@
+"""The language registry: which languages the pipeline trains, and how, read from TOML.
+
+Each ``[languages.X]`` table of ``languages.toml`` (shipped beside this module; the
+``PSP_LANGUAGES`` environment variable points at another file) is one Dagster partition. A
+language names its source (OPUS corpora, ParaNMT, or a local directory) and may override the
+paper's filter thresholds, sentencepiece settings and training hyperparameters given under
+``[defaults]``. Unknown keys are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ops.filters import FilterConfig
+from ops.opus import OpusCorpus, corpora_from_config
+from psp_core.tokenizer import PRETOKENIZERS
+from psp_core.training import TrainConfig
+
+DEFAULT_REGISTRY = Path(__file__).with_name("languages.toml")
+REGISTRY_ENV = "PSP_LANGUAGES"
+SOURCES = ("opus", "paranmt", "local")
+KINDS = ("bitext", "paraphrase")
+_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(_[a-z0-9]+)?$")
+_LANGUAGE_KEYS = {
+    "source",
+    "kind",
+    "corpora",
+    "local_dir",
+    "pretokenizer",
+    "filters",
+    "sentencepiece",
+    "training",
+}
+
+
+class RegistryError(ValueError):
+    """The language registry file is malformed."""
+
+
+@dataclass(frozen=True)
+class FilterSettings:
+    """Language-ID and length/score/trigram thresholds (the paper's values by default)."""
+
+    langid_threshold: float = 0.5
+    langid_pass_rate_min: float = 0.2
+    langid_pass_rate_max: float = 1.0
+    bitext_min_tokens: int = 3
+    bitext_max_tokens: int = 100
+    paraphrase_min_mean_tokens: float = 5.0
+    paraphrase_max_mean_tokens: float = 40.0
+    min_score: float = 0.4
+    max_score: float = 1.0
+    max_trigram_overlap: float = 0.7
+
+    def filter_config(self) -> FilterConfig:
+        """The :class:`ops.filters.FilterConfig` these thresholds describe."""
+        names = {f.name for f in fields(FilterConfig)}
+        return FilterConfig(**{k: v for k, v in self.__dict__.items() if k in names})
+
+
+@dataclass(frozen=True)
+class SentencepieceSettings:
+    """The shared sentencepiece vocabulary (paper: unigram, 50k, coverage 0.995, 10M sample)."""
+
+    vocab_size: int = 50_000
+    character_coverage: float = 0.995
+    input_sentence_size: int = 10_000_000
+
+
+@dataclass(frozen=True)
+class LanguageSpec:
+    """Everything the pipeline needs to know about one language partition."""
+
+    code: str
+    source: str
+    kind: str
+    corpora: tuple[OpusCorpus, ...] = ()
+    local_dir: str | None = None
+    pretokenizer: str = "none"
+    filters: FilterSettings = field(default_factory=FilterSettings)
+    sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
+    training: Mapping[str, Any] = field(default_factory=dict)
+
+    def train_config(self, **overrides: Any) -> TrainConfig:
+        """The :class:`psp_core.TrainConfig` for this language, with per-run ``overrides``."""
+        return TrainConfig(**{**self.training, **overrides})
+
+    def describe_sources(self) -> dict[str, Any]:
+        """A JSON-ready description of the configured source (for metadata and hashing)."""
+        return {
+            "source": self.source,
+            "corpora": [
+                {"name": c.name, "version": c.version, "cap": c.cap, "codes": dict(c.codes or {})}
+                for c in self.corpora
+            ],
+            "local_dir": self.local_dir,
+        }
+
+
+@dataclass(frozen=True)
+class LanguageRegistry:
+    """The languages, in file order."""
+
+    languages: Mapping[str, LanguageSpec]
+    path: Path
+
+    @property
+    def codes(self) -> list[str]:
+        return list(self.languages)
+
+    def __getitem__(self, code: str) -> LanguageSpec:
+        try:
+            return self.languages[code]
+        except KeyError:
+            raise KeyError(
+                f"language {code!r} is not in the registry {self.path} (it has "
+                f"{', '.join(self.languages)}); add a [languages.{code}] table"
+            ) from None
+
+
+def _settings(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise RegistryError(f"{where}: unknown keys {sorted(unknown)}; expected {sorted(known)}")
+    return cls(**values)
+
+
+def _language(code: str, table: Mapping[str, Any], defaults: Mapping, where: str) -> LanguageSpec:
+    where = f"{where} [languages.{code}]"
+    if not _LANGUAGE_CODE.match(code):
+        raise RegistryError(f"{where}: {code!r} is not a language code (like de, zh or pt_br)")
+    unknown = set(table) - _LANGUAGE_KEYS
+    if unknown:
+        raise RegistryError(
+            f"{where}: unknown keys {sorted(unknown)}; expected {sorted(_LANGUAGE_KEYS)}"
+        )
+    source = table.get("source")
+    if source not in SOURCES:
+        raise RegistryError(f"{where}: source must be one of {SOURCES}, got {source!r}")
+    kind = table.get("kind", "paraphrase" if source == "paranmt" else "bitext")
+    if kind not in KINDS or (source == "paranmt") != (kind == "paraphrase"):
+        raise RegistryError(
+            f"{where}: kind {kind!r} does not fit source {source!r} (paranmt gives "
+            "paraphrase data, opus and local give bitext)"
+        )
+    if kind == "bitext" and code == "en":
+        raise RegistryError(f"{where}: en-en bitext makes no sense; use source = 'paranmt'")
+    corpora: tuple[OpusCorpus, ...] = ()
+    if source == "opus":
+        try:
+            corpora = tuple(corpora_from_config(table.get("corpora", [])))
+        except ValueError as err:
+            raise RegistryError(f"{where}: {err}") from err
+        if not corpora:
+            raise RegistryError(f"{where}: source 'opus' needs a non-empty corpora list")
+    elif "corpora" in table:
+        raise RegistryError(f"{where}: corpora are only used with source = 'opus'")
+    local_dir = table.get("local_dir")
+    if (source == "local") != (local_dir is not None):
+        raise RegistryError(f"{where}: local_dir is required with source = 'local', and only then")
+    pretokenizer = table.get("pretokenizer", "none")
+    if pretokenizer not in PRETOKENIZERS:
+        raise RegistryError(f"{where}: pretokenizer must be one of {PRETOKENIZERS}")
+    training = {**defaults.get("training", {}), **table.get("training", {})}
+    train_fields = {f.name for f in fields(TrainConfig)}
+    unknown_training = set(training) - train_fields
+    if unknown_training:
+        raise RegistryError(
+            f"{where}: unknown training keys {sorted(unknown_training)}; "
+            f"TrainConfig has {sorted(train_fields)}"
+        )
+    try:
+        TrainConfig(**training)
+    except (TypeError, ValueError) as err:
+        raise RegistryError(f"{where}: invalid training settings: {err}") from err
+    return LanguageSpec(
+        code=code,
+        source=source,
+        kind=kind,
+        corpora=corpora,
+        local_dir=local_dir,
+        pretokenizer=pretokenizer,
+        filters=_settings(
+            FilterSettings,
+            {**defaults.get("filters", {}), **table.get("filters", {})},
+            f"{where} filters",
+        ),
+        sentencepiece=_settings(
+            SentencepieceSettings,
+            {**defaults.get("sentencepiece", {}), **table.get("sentencepiece", {})},
+            f"{where} sentencepiece",
+        ),
+        training=training,
+    )
+
+
+def parse_registry(text: str, path: Path) -> LanguageRegistry:
+    """Parse registry TOML ``text`` (``path`` only names it in errors)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise RegistryError(f"{path}: not valid TOML ({err})") from err
+    unknown = set(data) - {"defaults", "languages"}
+    if unknown:
+        raise RegistryError(f"{path}: unknown top-level tables {sorted(unknown)}")
+    defaults = data.get("defaults", {})
+    unknown_defaults = set(defaults) - {"filters", "sentencepiece", "training"}
+    if unknown_defaults:
+        raise RegistryError(f"{path}: unknown [defaults] tables {sorted(unknown_defaults)}")
+    languages = data.get("languages", {})
+    if not languages:
+        raise RegistryError(f"{path}: no [languages.X] tables; the pipeline needs at least one")
+    return LanguageRegistry(
+        {code: _language(code, table, defaults, str(path)) for code, table in languages.items()},
+        path,
+    )
+
+
+def registry_path() -> Path:
+    """``$PSP_LANGUAGES`` if set, else the shipped ``languages.toml``."""
+    return Path(os.environ.get(REGISTRY_ENV) or DEFAULT_REGISTRY)
+
+
+@cache
+def _load_cached(path: Path) -> LanguageRegistry:
+    if not path.is_file():
+        raise RegistryError(f"language registry {path} does not exist (from ${REGISTRY_ENV}?)")
+    return parse_registry(path.read_text(encoding="utf-8"), path)
+
+
+def load_registry(path: str | Path | None = None) -> LanguageRegistry:
+    """Read (once per path) the language registry at ``path`` or :func:`registry_path`."""
+    return _load_cached(Path(path) if path else registry_path())

@@ -1,0 +1,211 @@
+"""Resources: where data lives, where corpora come from, the language-ID model, compute.
+
+Each is a small configurable interface over the real implementation in ``ops/``; tests point
+them at temporary directories and a loopback OPUS server, never at mocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import requests
+from dagster import ConfigurableResource, EnvVar
+
+from ops.download import retrying_session
+from ops.langid import LanguageIdentifier
+from ops.opus import OPUS_API, OpusCorpus, OpusError, fetch_opus_bitext
+from ops.paranmt import PARANMT_URL, fetch_paranmt
+from ops.stage_report import StageReport
+
+log = logging.getLogger(__name__)
+
+_VERSION_PART = re.compile(r"(\d+)|(\D+)")
+
+
+def version_key(version: str) -> tuple:
+    """Sort key for OPUS versions: ``v2`` < ``v10``, ``v2017q3`` < ``v2018``."""
+    return tuple(
+        (0, int(number), "") if number else (1, 0, text)
+        for number, text in _VERSION_PART.findall(version)
+    )
+
+
+class StorageResource(ConfigurableResource):
+    """The storage root: every asset's files, the download cache and the inboxes live under it.
+
+    Layout: ``{root}/{lang}/{stage}/`` per asset partition, ``{root}/cache/`` for downloads,
+    ``{root}/inbox/{lang}/`` for bitext a user drops in.
+    """
+
+    root: str
+
+    def stage_dir(self, lang: str, stage: str) -> Path:
+        path = Path(self.root) / lang / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def cache_dir(self) -> Path:
+        path = Path(self.root) / "cache"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def inbox_dir(self, lang: str) -> Path:
+        """The per-language inbox (not created: an absent inbox is an empty one)."""
+        return Path(self.root) / "inbox" / lang
+
+    def inbox_files(self, lang: str) -> list[Path]:
+        """The regular, non-hidden files in ``lang``'s inbox, sorted by name."""
+        inbox = self.inbox_dir(lang)
+        if not inbox.is_dir():
+            return []
+        return sorted(
+            p for p in inbox.iterdir() if p.is_file() and not p.name.startswith((".", "~"))
+        )
+
+    def inbox_signature(self, lang: str) -> str:
+        """A hash of the inbox's file names, sizes and modification times ('' when empty)."""
+        files = self.inbox_files(lang)
+        if not files:
+            return ""
+        listing = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+        return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+class OpusResource(ConfigurableResource):
+    """The OPUS API and its zip downloads (mirrors and loopback servers via the base URLs)."""
+
+    api_base: str = OPUS_API
+    download_base: str | None = None
+    retries: int = 5
+    backoff: float = 0.5
+    timeout: float = 60.0
+
+    def session(self) -> requests.Session:
+        return retrying_session(self.retries, self.backoff)
+
+    def fetch_bitext(
+        self, lang: str, corpora: Sequence[OpusCorpus], cache_dir: Path, output: Path
+    ) -> StageReport:
+        """Download the corpora's moses zips (cached) and write the raw en-``lang`` pair file."""
+        return fetch_opus_bitext(
+            lang,
+            corpora,
+            cache_dir,
+            output,
+            api_base=self.api_base,
+            download_base=self.download_base,
+            retries=self.retries,
+            backoff=self.backoff,
+            timeout=self.timeout,
+        )
+
+    def newest_version(self, corpus: OpusCorpus, lang: str) -> str | None:
+        """The newest version of ``corpus`` the API lists for en-``lang`` (None: not listed).
+
+        Raises:
+            OpusError: the API could not be reached or answered something that is not JSON.
+        """
+        first, second = sorted(("en", corpus.opus_code(lang)))
+        params = {
+            "source": first,
+            "target": second,
+            "corpus": corpus.name,
+            "version": "latest",
+            "preprocessing": "moses",
+        }
+        try:
+            response = self.session().get(self.api_base, params=params, timeout=self.timeout)
+            response.raise_for_status()
+            entries = response.json().get("corpora", [])
+        except (requests.RequestException, ValueError, AttributeError) as err:
+            raise OpusError(f"{corpus.describe(lang)}: OPUS API at {self.api_base}: {err}") from err
+        versions = [
+            e["version"]
+            for e in entries
+            if e.get("corpus") == corpus.name
+            and e.get("version")
+            and sorted((e.get("source"), e.get("target"))) == [first, second]
+        ]
+        return max(versions, key=version_key) if versions else None
+
+
+class ParaNmtResource(ConfigurableResource):
+    """ParaNMT-50M: an http(s) URL of ``para-nmt-50m.zip`` or a local zip/.txt/.txt.gz path."""
+
+    url: str = PARANMT_URL
+    retries: int = 5
+    backoff: float = 0.5
+    timeout: float = 60.0
+
+    def fetch(self, cache_dir: Path, output: Path, source: str | Path | None = None) -> StageReport:
+        """Write ParaNMT pairs (with scores) from ``source`` (default: :attr:`url`)."""
+        return fetch_paranmt(
+            source or self.url,
+            cache_dir,
+            output,
+            retries=self.retries,
+            backoff=self.backoff,
+            timeout=self.timeout,
+        )
+
+
+class LanguageIdResource(ConfigurableResource):
+    """fastText ``lid.176``: ``model_path`` to a ``.bin``/``.ftz``, or None for the bundled ftz."""
+
+    model_path: str | None = None
+
+    def identifier(self) -> LanguageIdentifier:
+        return LanguageIdentifier(self.model_path)
+
+    def model_name(self) -> str:
+        return Path(self.model_path).name if self.model_path else "lid.176.ftz"
+
+
+class ComputeResource(ConfigurableResource):
+    """Where and how wide to compute: torch device, torch threads, data-op worker processes."""
+
+    device: str = "auto"
+    threads: int | None = None
+    workers: int = 1
+
+
+class EvaluationDataResource(ConfigurableResource):
+    """The evaluation datasets directory (the layout of ``shared/data/eval``: ``sts/``,
+    ``sts17/``, ``stsb/``, ``tatoeba/``); fetch it once with ``psp fetch-eval-data``."""
+
+    eval_dir: str
+
+    def path(self) -> Path:
+        return Path(self.eval_dir)
+
+
+def default_resources(storage_root: str | None = None) -> dict[str, ConfigurableResource]:
+    """The resources the code location uses, configured from the environment.
+
+    ``PSP_STORAGE_ROOT`` (default ``./psp_data``), ``PSP_OPUS_API``, ``PSP_OPUS_DOWNLOAD_BASE``,
+    ``PSP_PARANMT_URL``, ``PSP_LID_MODEL``, ``PSP_DEVICE``, ``PSP_EVAL_DIR`` (default
+    ``../shared/data/eval``); each is also settable per run under ``resources:`` in run config.
+    """
+    import os
+
+    def env(name: str, default: str | None) -> str | EnvVar | None:
+        return EnvVar(name) if os.environ.get(name) else default
+
+    return {
+        "storage": StorageResource(root=storage_root or env("PSP_STORAGE_ROOT", "psp_data")),
+        "opus": OpusResource(
+            api_base=env("PSP_OPUS_API", OPUS_API),
+            download_base=env("PSP_OPUS_DOWNLOAD_BASE", None),
+        ),
+        "paranmt": ParaNmtResource(url=env("PSP_PARANMT_URL", PARANMT_URL)),
+        "langid": LanguageIdResource(model_path=env("PSP_LID_MODEL", None)),
+        "compute": ComputeResource(device=env("PSP_DEVICE", "auto")),
+        "eval_data": EvaluationDataResource(
+            eval_dir=env("PSP_EVAL_DIR", str(Path("..") / "shared" / "data" / "eval"))
+        ),
+    }
