@@ -1,9 +1,46 @@
 """The project's single Dagster ``Definitions``, loaded by ``workspace.yaml``.
 
-The language-partitioned assets, jobs, schedule and sensor are assembled here as they land;
-``psp_core`` and ``ops`` are usable on their own in the meantime.
+Assets (one module per stage in ``assets/``, partitioned by language), the jobs that select
+their groups, the weekly retraining schedule, the new-bitext sensor, and the resources,
+configured from the environment (see :func:`pipelines.resources.default_resources`).
 """
 
-from dagster import Definitions
+from __future__ import annotations
 
-defs = Definitions()
+from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
+
+from assets import (
+    deduplicated,
+    evaluation,
+    filtered,
+    langid,
+    model,
+    raw_pairs,
+    training_data,
+    vocabulary,
+)
+from pipelines.jobs import JOBS
+from pipelines.resources import default_resources
+from pipelines.schedules import weekly_retrain_schedule
+from pipelines.sensors import new_bitext_sensor
+
+#: Stage modules in pipeline order.
+ASSET_MODULES = [
+    raw_pairs,
+    langid,
+    filtered,
+    deduplicated,
+    vocabulary,
+    training_data,
+    model,
+    evaluation,
+]
+
+defs = Definitions(
+    assets=load_assets_from_modules(ASSET_MODULES),
+    asset_checks=load_asset_checks_from_modules(ASSET_MODULES),
+    jobs=JOBS,
+    schedules=[weekly_retrain_schedule],
+    sensors=[new_bitext_sensor],
+    resources=default_resources(),
+)

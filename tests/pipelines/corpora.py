@@ -86,3 +86,77 @@ def paranmt_lines(n: int, seed: int = 0) -> list[str]:
         paraphrase = f"{p}, {s2} {PARAPHRASE_VERBS[v]} {o}.".capitalize()
         lines.append(f"{reference}\t{paraphrase}\t{rng.uniform(0.3, 0.95):.3f}")
     return lines
+
+
+# --- a loopback world: the OPUS server's corpora, a ParaNMT zip, an evaluation directory ---
+
+#: Pairs per corpus of the registry's de mixture, and noise mixed into OpenSubtitles.
+DE_CORPORA = {
+    "OpenSubtitles": ("v2018", 240),
+    "Tanzil": ("v1", 120),
+    "GlobalVoices": ("v2017q3", 80),
+}
+NOT_GERMAN = 12  # pairs whose "German" side is English (language ID drops them)
+TOO_SHORT = 6  # pairs whose English side has two words (the length filter drops them)
+
+
+def de_corpus_lines(corpus: str, seed: int) -> tuple[list[str], list[str]]:
+    """One corpus's English/German lines; OpenSubtitles carries the noise."""
+    _, size = DE_CORPORA[corpus]
+    english, german = english_german(size, seed=seed)
+    if corpus == "OpenSubtitles":
+        noise_en, _ = english_german(NOT_GERMAN, seed=seed + 100)
+        english += noise_en
+        german += [line.replace(".", "!") for line in noise_en]
+        english += ["Yes sir."] * TOO_SHORT
+        german += ["Jawohl, mein Herr."] * TOO_SHORT
+    return english, german
+
+
+def publish_de(server, build_moses_zip) -> int:
+    """Serve the registry's de corpora from ``server``; return the number of line pairs."""
+    total = 0
+    for seed, (corpus, (version, _)) in enumerate(DE_CORPORA.items()):
+        english, german = de_corpus_lines(corpus, seed)
+        server.add_corpus(
+            corpus, version, "en", "de", build_moses_zip(corpus, "en", "de", english, german)
+        )
+        total += len(english)
+    return total
+
+
+def paranmt_zip(n: int, seed: int = 0) -> bytes:
+    """``para-nmt-50m.zip`` holding ``n`` generated lines."""
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("para-nmt-50m/para-nmt-50m.txt", "\n".join(paranmt_lines(n, seed)) + "\n")
+    return buffer.getvalue()
+
+
+def write_eval_dir(directory) -> None:
+    """A tiny evaluation directory in the layout of shared/data/eval: STS 2012, STS 2017 en-en,
+    STS Benchmark dev and Tatoeba deu-eng, from the same generated sentences."""
+    from pathlib import Path
+
+    directory = Path(directory)
+    rng = random.Random(5)
+    rows = []
+    for line in paranmt_lines(30, seed=11):
+        reference, paraphrase, _ = line.split("\t")
+        rows.append(f"{rng.uniform(3.5, 5):.2f}\t{reference}\t{paraphrase}")
+    references = [line.split("\t")[0] for line in paranmt_lines(60, seed=12)]
+    for first, second in zip(references[::2], references[1::2], strict=True):
+        rows.append(f"{rng.uniform(0, 2.5):.2f}\t{first}\t{second}")
+    sts = "\n".join(rows) + "\n"
+    for relative in ("sts17/en-en.tsv", "sts/2012/MSRvid.tsv", "stsb/dev.tsv"):
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(sts, encoding="utf-8")
+    english, german = english_german(40, seed=13)
+    tatoeba = directory / "tatoeba"
+    tatoeba.mkdir(parents=True, exist_ok=True)
+    (tatoeba / "deu-eng.deu").write_text("\n".join(german) + "\n", encoding="utf-8")
+    (tatoeba / "deu-eng.eng").write_text("\n".join(english) + "\n", encoding="utf-8")

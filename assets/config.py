@@ -1,0 +1,74 @@
+"""Typed run configuration: what a user may tune per run, per stage (``ops: {asset: {config}}``).
+
+Every field left unset (None) takes the language registry's value, which defaults to the
+paper's. ``force: true`` recomputes a stage even when its inputs and settings are unchanged.
+See ``configs/quick.yaml`` for a quick profile (small vocabulary, small model, one epoch).
+"""
+
+from __future__ import annotations
+
+from dagster import Config
+from pydantic import Field
+
+
+class StageConfig(Config):
+    force: bool = Field(
+        default=False, description="Recompute even if inputs and settings are unchanged."
+    )
+
+
+class RawPairsConfig(StageConfig):
+    opus_versions: dict[str, str] = Field(
+        default_factory=dict,
+        description="OPUS corpus name -> version to use instead of the registry's "
+        "(the new_bitext_sensor sets this when a corpus has a newer release).",
+    )
+
+
+class LanguageIdConfig(StageConfig):
+    threshold: float | None = Field(
+        default=None, description="Minimum lid.176 probability on both sides."
+    )
+
+
+class SentencepieceConfig(StageConfig):
+    vocab_size: int | None = Field(default=None, description="Paper: 50,000.")
+    input_sentence_size: int | None = Field(
+        default=None, description="Sentences sampled for training (paper: 10,000,000)."
+    )
+
+
+class TrainingDataConfig(StageConfig):
+    seed: int = Field(default=1, description="Seeds the shuffle of the packed pairs.")
+
+
+class TrainingConfig(StageConfig):
+    dim: int | None = Field(default=None, description="Embedding dimension (paper: 1024).")
+    epochs: int | None = Field(default=None, description="Passes over the data (paper: 25).")
+    batch_size: int | None = None
+    max_megabatch: int | None = None
+    anneal_every: int | None = None
+    dropout: float | None = None
+    lr: float | None = None
+    max_steps: int | None = Field(default=None, description="Stop after this many mini-batches.")
+    dev_sts: str | None = Field(
+        default="sts17/en-en.tsv",
+        description="STS file (relative to the evaluation data directory) for model "
+        "selection; the best epoch is kept. Null, or a missing file, disables it.",
+    )
+
+    def overrides(self) -> dict:
+        names = ("dim", "epochs", "batch_size", "max_megabatch", "anneal_every")
+        names += ("dropout", "lr", "max_steps")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+class EvaluationConfig(StageConfig):
+    suites: list[str] = Field(
+        default_factory=lambda: ["sts", "sts17", "stsb", "tatoeba", "speed"],
+        description="Any of sts, sts17, stsb, tatoeba, speed.",
+    )
+    tatoeba_languages: list[str] | None = Field(
+        default=None, description="LASER codes (deu, fra, ...); null: every one present."
+    )
+    speed_repeats: int = 3

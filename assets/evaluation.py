@@ -1,0 +1,94 @@
+"""model_evaluation: STS 2012-2016, STS 2017, STS Benchmark, Tatoeba and speed of the model
+(psp_core.evaluation), as JSON and markdown beside the bundle and as metadata tables."""
+
+import hashlib
+import json
+from pathlib import Path
+
+from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
+
+from assets.config import EvaluationConfig
+from assets.metadata import common_metadata
+from assets.stage import Stage, fingerprint
+from pipelines.languages import load_registry
+from pipelines.partitions import language_partitions
+from pipelines.resources import EvaluationDataResource, StorageResource
+from psp_core import load_model
+from psp_core.evaluation import evaluate_model
+
+CODE_VERSION = "1"
+
+
+def tree_signature(directory: Path) -> str:
+    """A hash of every file's relative path, size and modification time under ``directory``."""
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"evaluation data directory {directory} does not exist; fetch it with "
+            "`psp fetch-eval-data` or point the eval_data resource (PSP_EVAL_DIR) at it"
+        )
+    listing = [
+        (str(path.relative_to(directory)), path.stat().st_size, path.stat().st_mtime_ns)
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    ]
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+@asset(
+    partitions_def=language_partitions,
+    group_name="evaluation",
+    code_version=CODE_VERSION,
+    deps=["psp_model"],
+    kinds={"json"},
+)
+def model_evaluation(
+    context: AssetExecutionContext,
+    config: EvaluationConfig,
+    storage: StorageResource,
+    eval_data: EvaluationDataResource,
+) -> MaterializeResult:
+    """Evaluate the language's model on the evaluation data directory."""
+    spec = load_registry()[context.partition_key]
+    stage = Stage(storage, spec.code, "model_evaluation")
+    model = stage.upstream("psp_model")
+    eval_dir = eval_data.path()
+    key = fingerprint(
+        stage=stage.name,
+        code=CODE_VERSION,
+        model=model.fingerprint,
+        eval_data=tree_signature(eval_dir),
+        suites=sorted(config.suites),
+        tatoeba=config.tatoeba_languages,
+    )
+
+    def run() -> tuple[dict, dict]:
+        results = evaluate_model(
+            load_model(model.output("bundle")),
+            eval_dir,
+            config.suites,
+            tatoeba_languages=config.tatoeba_languages,
+            speed_repeats=config.speed_repeats,
+            model_name=f"psp-{spec.code}",
+        )
+        summary = results.to_dict()
+        stage.path("results.json").write_text(json.dumps(summary, indent=2) + "\n")
+        stage.path("results.md").write_text(results.to_markdown() + "\n")
+        return {"json": "results.json", "markdown": "results.md"}, {
+            "sts_mean": summary["sts"]["mean"],
+            "sts17": summary["sts17"],
+            "speed": summary["speed"],
+            "missing": summary["missing"],
+        }
+
+    manifest = stage.run(key, run, force=config.force)
+    record = manifest.record
+    metadata = common_metadata(manifest, "json")
+    metadata["results"] = MetadataValue.md(manifest.output("markdown").read_text())
+    metadata["missing"] = MetadataValue.json(record["missing"])
+    if record["sts_mean"]:
+        metadata["sts_mean_pearson"] = MetadataValue.float(record["sts_mean"]["pearson"])
+    for track, values in record["sts17"].items():
+        metadata[f"sts17_{track}_pearson"] = MetadataValue.float(values["pearson"])
+    if record["speed"]:
+        metadata["speed"] = MetadataValue.json(record["speed"])
+    return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))

@@ -1,0 +1,173 @@
+"""psp_model: the trained model bundle (the paper's training, psp_core.train), with checks that
+the bundle's vocabulary matches its sentencepiece model and that every weight is finite."""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    DataVersion,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from assets.config import TrainingConfig
+from assets.metadata import common_metadata
+from assets.stage import Stage, fingerprint
+from pipelines.languages import load_registry
+from pipelines.partitions import language_partitions
+from pipelines.resources import ComputeResource, EvaluationDataResource, StorageResource
+from psp_core import train
+from psp_core.bundle import BundleError, load_bundle
+from psp_core.evaluation import StsEvaluator
+from psp_core.tokenizer import sha256_file
+from psp_core.training import TrainConfig
+
+CODE_VERSION = "1"
+VOCAB_CHECK = "model_vocab_matches_sentencepiece"
+FINITE_CHECK = "model_weights_finite"
+#: TrainConfig fields that do not change the trained weights.
+_NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "checkpoint_every")
+
+
+def _history_markdown(history: list[dict]) -> str:
+    rows = ["| epoch | steps | mean loss | pairs/s | dev score |", "|---:|---:|---:|---:|---:|"]
+    for h in history:
+        loss = "-" if h.get("loss") is None else f"{h['loss']:.4f}"
+        speed = "-" if h.get("pairs_per_second") is None else f"{h['pairs_per_second']:,.0f}"
+        dev = "-" if h.get("dev_score") is None else f"{h['dev_score']:.2f}"
+        rows.append(f"| {h['epoch']} | {h['steps']} | {loss} | {speed} | {dev} |")
+    return "\n".join(rows)
+
+
+def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetCheckResult]:
+    """The two model checks: vocabulary consistency with the sentencepiece model, finiteness."""
+    try:
+        config, _, embeddings = load_bundle(bundle)  # validates sha256 and piece count itself
+        problem = None
+    except BundleError as err:
+        config, embeddings, problem = None, None, str(err)
+    spm_sha = sha256_file(spm_path)
+    vocab_ok = problem is None and config.spm_sha256 == spm_sha
+    vocab = AssetCheckResult(
+        check_name=VOCAB_CHECK,
+        passed=bool(vocab_ok),
+        severity=AssetCheckSeverity.ERROR,
+        description=problem
+        or (None if vocab_ok else f"bundle spm sha256 differs from {spm_path}'s"),
+        metadata={
+            "vocab_size": config.vocab_size if config else -1,
+            "rows": int(embeddings.shape[0]) if embeddings is not None else -1,
+        },
+    )
+    non_finite = int(np.size(embeddings) - np.isfinite(embeddings).sum()) if problem is None else -1
+    finite = AssetCheckResult(
+        check_name=FINITE_CHECK,
+        passed=non_finite == 0,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"non_finite_values": non_finite},
+    )
+    return vocab, finite
+
+
+@asset(
+    partitions_def=language_partitions,
+    group_name="training",
+    code_version=CODE_VERSION,
+    deps=["sentencepiece_model", "training_data"],
+    pool="psp_training",
+    kinds={"pytorch"},
+    check_specs=[
+        AssetCheckSpec(VOCAB_CHECK, asset="psp_model", blocking=True),
+        AssetCheckSpec(FINITE_CHECK, asset="psp_model", blocking=True),
+    ],
+)
+def psp_model(
+    context: AssetExecutionContext,
+    config: TrainingConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+    eval_data: EvaluationDataResource,
+) -> MaterializeResult:
+    """Train the P-SP model on the packed data; resumes from its checkpoint after a failure."""
+    spec = load_registry()[context.partition_key]
+    stage = Stage(storage, spec.code, "psp_model")
+    spm = stage.upstream("sentencepiece_model")
+    data = stage.upstream("training_data")
+    train_config: TrainConfig = spec.train_config(
+        **config.overrides(), device=compute.device, num_threads=compute.threads
+    )
+    dev_path = eval_data.path() / config.dev_sts if config.dev_sts else None
+    if dev_path is not None and not dev_path.is_file():
+        context.log.warning("dev STS file %s not found: no model selection", dev_path)
+        dev_path = None
+    settings = {k: v for k, v in train_config.to_dict().items() if k not in _NOT_IN_FINGERPRINT}
+    key = fingerprint(
+        stage=stage.name,
+        code=CODE_VERSION,
+        spm=spm.fingerprint,
+        data=data.fingerprint,
+        settings=settings,
+        pretokenizer=spec.pretokenizer,
+        dev=str(config.dev_sts) if dev_path else None,
+    )
+
+    def run() -> tuple[dict, dict]:
+        started = time.perf_counter()
+        context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
+        result = train(
+            data.output("data"),
+            spm.output("model"),
+            stage.path("model"),
+            train_config,
+            dev_evaluator=StsEvaluator(dev_path) if dev_path else None,
+            pretokenizer=spec.pretokenizer,
+        )
+        bundle_config = json.loads((result.bundle / "config.json").read_text())
+        record = {
+            "history": result.state.history,
+            "steps": result.state.step,
+            "best_epoch": result.state.best_epoch,
+            "best_dev_score": result.state.best_score,
+            "dim": bundle_config["dim"],
+            "vocab_size": bundle_config["vocab_size"],
+            "settings": settings,
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        return {"bundle": "model"}, record
+
+    manifest = stage.run(key, run, force=config.force)
+    record = manifest.record
+    history = record["history"]
+    metadata = common_metadata(manifest, "bundle")
+    metadata.update(
+        {
+            "model_path": MetadataValue.path(str(manifest.output("bundle"))),
+            "dim": MetadataValue.int(record["dim"]),
+            "vocab_size": MetadataValue.int(record["vocab_size"]),
+            "steps": MetadataValue.int(record["steps"]),
+            "epochs": MetadataValue.md(_history_markdown(history)),
+            "final_loss": MetadataValue.float(
+                float(history[-1]["loss"] or 0.0) if history else 0.0
+            ),
+            "pairs_per_second": MetadataValue.float(
+                float(history[-1]["pairs_per_second"] or 0.0) if history else 0.0
+            ),
+            "seconds": MetadataValue.float(float(record["seconds"])),
+            "settings": MetadataValue.json(record["settings"]),
+        }
+    )
+    if record.get("best_dev_score") is not None:
+        metadata["best_dev_score"] = MetadataValue.float(float(record["best_dev_score"]))
+        metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]))
+    return MaterializeResult(
+        metadata=metadata,
+        data_version=DataVersion(manifest.fingerprint),
+        check_results=list(check_bundle(manifest.output("bundle"), spm.output("model"))),
+    )

@@ -1,0 +1,188 @@
+"""raw_pairs: a language's configured source (OPUS, ParaNMT or a local directory) plus anything
+dropped into its inbox, as one pair file (English first)."""
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Backoff,
+    DataVersion,
+    Jitter,
+    MaterializeResult,
+    MetadataValue,
+    RetryPolicy,
+    asset,
+)
+
+from assets.config import RawPairsConfig
+from assets.metadata import report_metadata
+from assets.stage import Stage, fingerprint
+from ops.local_bitext import import_local_bitext
+from ops.pair_concat import concat_pair_files
+from ops.pair_files import pair_file_info
+from pipelines.languages import LanguageSpec, load_registry
+from pipelines.partitions import language_partitions
+from pipelines.resources import OpusResource, ParaNmtResource, StorageResource
+
+CODE_VERSION = "1"
+PARANMT_SUFFIXES = (".txt", ".txt.gz", ".tsv", ".tsv.gz", ".zip")
+
+#: Downloads fail for reasons that pass (a mirror's bad minute); ops.download already retries
+#: each request, this retries the whole stage a few times with growing pauses.
+DOWNLOAD_RETRY_POLICY = RetryPolicy(
+    max_retries=3, delay=30, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
+)
+
+
+def directory_signature(directory: str | Path) -> str:
+    """A hash of a directory's file names, sizes and modification times ('' if absent)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return ""
+    listing = [
+        (entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
+        for entry in sorted(directory.iterdir())
+        if entry.is_file() and not entry.name.startswith(".")
+    ]
+    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+def resolved_corpora(spec: LanguageSpec, config: RawPairsConfig, opus: OpusResource) -> list:
+    """The language's corpora with run-config version overrides and ``latest`` resolved."""
+    unknown = set(config.opus_versions) - {c.name for c in spec.corpora}
+    if unknown:
+        raise ValueError(
+            f"opus_versions names {sorted(unknown)}, which are not corpora of {spec.code!r} "
+            f"({[c.name for c in spec.corpora]})"
+        )
+    corpora = []
+    for corpus in spec.corpora:
+        version = config.opus_versions.get(corpus.name, corpus.version)
+        if version == "latest":
+            version = opus.newest_version(corpus, spec.code) or "latest"
+        corpora.append(dataclasses.replace(corpus, version=version))
+    return corpora
+
+
+def _inbox_parts(spec: LanguageSpec, inbox: Path, files: list[Path], stage: Stage, paranmt):
+    """Pair files made from the inbox: one for bitext, one per ParaNMT-format file."""
+    if spec.kind == "bitext":
+        output = stage.path("part-inbox.parquet")
+        return [(output, import_local_bitext(inbox, lang=spec.code, output=output))]
+    parts = []
+    for index, path in enumerate(f for f in files if f.name.endswith(PARANMT_SUFFIXES)):
+        output = stage.path(f"part-inbox-{index}.parquet")
+        parts.append((output, paranmt.fetch(stage.storage.cache_dir(), output, source=path)))
+    return parts
+
+
+@asset(
+    partitions_def=language_partitions,
+    group_name="ingest",
+    code_version=CODE_VERSION,
+    retry_policy=DOWNLOAD_RETRY_POLICY,
+    kinds={"parquet"},
+    check_specs=[AssetCheckSpec("raw_pairs_not_empty", asset="raw_pairs", blocking=True)],
+)
+def raw_pairs(
+    context: AssetExecutionContext,
+    config: RawPairsConfig,
+    storage: StorageResource,
+    opus: OpusResource,
+    paranmt: ParaNmtResource,
+) -> MaterializeResult:
+    """Download (cached) or import the language's bitext / paraphrases into one pair file."""
+    spec = load_registry()[context.partition_key]
+    stage = Stage(storage, spec.code, "raw_pairs")
+    corpora = resolved_corpora(spec, config, opus) if spec.source == "opus" else []
+    inbox = storage.inbox_dir(spec.code)
+    sources = {
+        **spec.describe_sources(),
+        "corpora": [dataclasses.asdict(c) | {"codes": dict(c.codes or {})} for c in corpora],
+        "paranmt": paranmt.url if spec.source == "paranmt" else None,
+        "local_dir_signature": directory_signature(spec.local_dir) if spec.local_dir else None,
+        "inbox_signature": storage.inbox_signature(spec.code),
+    }
+    key = fingerprint(stage="raw_pairs", code=CODE_VERSION, lang=spec.code, sources=sources)
+
+    def compute() -> tuple[dict, dict]:
+        parts = []
+        if spec.source == "opus":
+            output = stage.path("part-source.parquet")
+            parts.append(
+                (output, opus.fetch_bitext(spec.code, corpora, storage.cache_dir(), output))
+            )
+        elif spec.source == "paranmt":
+            output = stage.path("part-source.parquet")
+            parts.append((output, paranmt.fetch(storage.cache_dir(), output)))
+        else:
+            output = stage.path("part-source.parquet")
+            parts.append(
+                (output, import_local_bitext(spec.local_dir, lang=spec.code, output=output))
+            )
+        inbox_files = storage.inbox_files(spec.code)
+        if inbox_files:
+            context.log.info("inbox %s: %d files", inbox, len(inbox_files))
+            parts.extend(_inbox_parts(spec, inbox, inbox_files, stage, paranmt))
+        final = stage.path("pairs.parquet")
+        if len(parts) == 1:
+            os.replace(parts[0][0], final)
+        else:
+            concat_pair_files([path for path, _ in parts], final)
+            for path, _ in parts:
+                path.unlink()
+        reports = [report.as_dict() for _, report in parts]
+        record = {
+            "n_in": sum(r["n_in"] for r in reports),
+            "n_out": sum(r["n_out"] for r in reports),
+            "dropped": _sum_drops(reports),
+            "seconds": sum(r["seconds"] for r in reports),
+            "parts": reports,
+            "sources": sources,
+        }
+        return {"pairs": "pairs.parquet"}, record
+
+    manifest = stage.run(key, compute, force=config.force)
+    record = manifest.record
+    n_pairs = pair_file_info(manifest.output("pairs"))[0]
+    metadata = report_metadata(manifest, record, "pairs")
+    metadata["sources"] = MetadataValue.json(record["sources"])
+    metadata["per_source"] = MetadataValue.md(_parts_markdown(record["parts"]))
+    return MaterializeResult(
+        metadata=metadata,
+        data_version=DataVersion(manifest.fingerprint),
+        check_results=[
+            AssetCheckResult(
+                check_name="raw_pairs_not_empty",
+                passed=n_pairs > 0,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"pairs": n_pairs},
+                description=None if n_pairs else "the sources gave no pairs: check the registry",
+            )
+        ],
+    )
+
+
+def _sum_drops(reports: list[dict]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for report in reports:
+        for reason, count in report["dropped"].items():
+            total[reason] = total.get(reason, 0) + count
+    return total
+
+
+def _parts_markdown(parts: list[dict]) -> str:
+    rows = ["| source | lines read | pairs kept | dropped |", "|---|---:|---:|---|"]
+    for part in parts:
+        named = part.get("corpora") or {part["stage"]: part}
+        for name, report in named.items():
+            drops = ", ".join(f"{k}: {v:,}" for k, v in report["dropped"].items()) or "-"
+            rows.append(f"| {name} | {report['n_in']:,} | {report['n_out']:,} | {drops} |")
+    return "\n".join(rows)

@@ -1,0 +1,121 @@
+"""training_data: the deduplicated pairs shuffled out of core, encoded with the shared
+sentencepiece model and packed into the training HDF5 (flat CSR arrays)."""
+
+import h5py
+import numpy as np
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    DataVersion,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from assets.config import TrainingDataConfig
+from assets.metadata import pipeline_funnel_markdown, report_metadata
+from assets.stage import Stage, fingerprint
+from ops.encoding import encode_and_pack
+from ops.shuffle import shuffle_pairs
+from pipelines.languages import load_registry
+from pipelines.partitions import language_partitions
+from pipelines.resources import ComputeResource, StorageResource
+from psp_core.tokenizer import Tokenizer
+
+CODE_VERSION = "1"
+CHECK = "training_data_has_no_empty_sentences"
+MAX_PIECES = 100  # the paper truncates every sentence to 100 pieces
+_OFFSET_CHUNK = 1 << 20
+
+
+def count_empty_sentences(path) -> tuple[int, int]:
+    """``(pairs, sentences with no ids)`` of a training HDF5, reading offsets in chunks."""
+    with h5py.File(path, "r") as handle:
+        n_pairs = int(handle.attrs["n_pairs"])
+        empty = 0
+        for side in ("src", "tgt"):
+            offsets = handle[f"{side}_offsets"]
+            for start in range(0, n_pairs, _OFFSET_CHUNK):
+                chunk = offsets[start : min(start + _OFFSET_CHUNK, n_pairs) + 1]
+                empty += int((np.diff(chunk) <= 0).sum())
+    return n_pairs, empty
+
+
+@asset(
+    partitions_def=language_partitions,
+    group_name="packing",
+    code_version=CODE_VERSION,
+    deps=["deduplicated_pairs", "sentencepiece_model"],
+    kinds={"hdf5"},
+    check_specs=[AssetCheckSpec(CHECK, asset="training_data", blocking=True)],
+)
+def training_data(
+    context: AssetExecutionContext,
+    config: TrainingDataConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+) -> MaterializeResult:
+    """Shuffle (seeded, bounded memory), encode and pack the pairs for training."""
+    spec = load_registry()[context.partition_key]
+    stage = Stage(storage, spec.code, "training_data")
+    pairs = stage.upstream("deduplicated_pairs")
+    spm = stage.upstream("sentencepiece_model")
+    key = fingerprint(
+        stage=stage.name,
+        code=CODE_VERSION,
+        pairs=pairs.fingerprint,
+        spm=spm.fingerprint,
+        seed=config.seed,
+        kind=spec.kind,
+    )
+
+    def run() -> tuple[dict, dict]:
+        shuffled = stage.path("shuffled.parquet")
+        shuffle = shuffle_pairs(
+            pairs.output("pairs"), shuffled, seed=config.seed, work_dir=stage.directory
+        )
+        # zh text was segmented upstream: no pre-tokenizer here (the model bundle gets jieba)
+        tokenizer = Tokenizer.from_file(
+            spm.output("model"),
+            pretokenizer="none",
+            max_length=MAX_PIECES,
+            num_threads=compute.threads or 2,
+        )
+        packed = encode_and_pack(
+            shuffled,
+            tokenizer,
+            stage.path("train.h5"),
+            lang=spec.code,
+            kind=spec.kind,
+            seed=config.seed,
+        )
+        shuffled.unlink()
+        record = packed.as_dict()
+        record["seconds"] += shuffle.seconds
+        return {"data": "train.h5"}, record | {"shuffle": shuffle.as_dict(), "seed": config.seed}
+
+    manifest = stage.run(key, run, force=config.force)
+    n_pairs, empty = count_empty_sentences(manifest.output("data"))
+    metadata = report_metadata(manifest, manifest.record, "data")
+    metadata["n_pairs"] = MetadataValue.int(n_pairs)
+    metadata["vocab_size"] = MetadataValue.int(spm.record["vocab_size"])
+    funnel = [
+        (name, stage.upstream(name).record)
+        for name in ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
+    ]
+    funnel += [("deduplicated_pairs", pairs.record), ("training_data", manifest.record)]
+    metadata["pipeline_funnel"] = MetadataValue.md(pipeline_funnel_markdown(funnel))
+    return MaterializeResult(
+        metadata=metadata,
+        data_version=DataVersion(manifest.fingerprint),
+        check_results=[
+            AssetCheckResult(
+                check_name=CHECK,
+                passed=n_pairs > 0 and empty == 0,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"pairs": n_pairs, "empty_sentences": empty},
+            )
+        ],
+    )

@@ -1,0 +1,217 @@
+"""dagster.materialize() of the real assets, per language partition, against a loopback OPUS
+server, a served ParaNMT zip and a generated evaluation directory, with the quick profile."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+import yaml
+from dagster import AssetKey, materialize
+
+from ops.pair_files import iter_pairs, pair_file_info
+from pipelines.definitions import ASSET_MODULES, defs
+from psp_core import load_model
+from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.conftest import loopback_resources
+from tests.pipelines.corpora import (
+    NOT_GERMAN,
+    english_german,
+    paranmt_zip,
+    publish_de,
+    write_eval_dir,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = yaml.safe_load((ROOT / "configs" / "quick.yaml").read_text())
+ALL_ASSETS = [
+    defs.get_assets_def(key) for key in defs.get_repository_def().asset_graph.get_all_asset_keys()
+]
+STAGES = [
+    "raw_pairs",
+    "langid_filtered_pairs",
+    "length_filtered_pairs",
+    "deduplicated_pairs",
+    "sentencepiece_model",
+    "training_data",
+    "psp_model",
+    "model_evaluation",
+]
+
+
+def assets_named(*names: str) -> list:
+    return [defs.get_assets_def(name) for name in names]
+
+
+def metadata_of(result, name: str) -> dict:
+    events = result.asset_materializations_for_node(name)
+    assert len(events) == 1, name
+    return {key: value.value for key, value in events[0].metadata.items()}
+
+
+def check_outcomes(result) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+@pytest.fixture()
+def world(opus_server: OpusServer, tmp_path: Path) -> dict:
+    n_raw = publish_de(opus_server, build_moses_zip)
+    opus_server.add_file("/para-nmt-50m.zip", paranmt_zip(700))
+    write_eval_dir(tmp_path / "eval")
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    return {"resources": resources, "root": tmp_path / "storage", "n_raw": n_raw}
+
+
+def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_server) -> None:
+    root, resources = world["root"], world["resources"]
+    result = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=QUICK)
+    assert result.success
+    assert all(check_outcomes(result).values()) and len(check_outcomes(result)) == 7
+
+    raw = metadata_of(result, "raw_pairs")
+    assert raw["pairs_in"] == world["n_raw"] == raw["pairs_out"]
+    assert "OpenSubtitles" in raw["per_source"] and "Tanzil" in raw["per_source"]
+    assert pair_file_info(root / "de" / "raw_pairs" / "pairs.parquet") == (
+        world["n_raw"],
+        "en",
+        "de",
+        False,
+    )
+    langid = metadata_of(result, "langid_filtered_pairs")
+    assert "dropped: tgt_not_de" in langid["funnel"]
+    assert langid["pairs_in"] - langid["pairs_out"] >= NOT_GERMAN
+    assert 0.5 < langid["pass_rate"] < 1.0
+    length = metadata_of(result, "length_filtered_pairs")
+    assert length["pairs_out"] <= length["pairs_in"]
+    dedup = metadata_of(result, "deduplicated_pairs")
+    assert "dropped: duplicate" in dedup["funnel"]
+    assert "| langid_filtered_pairs |" in dedup["pipeline_funnel"]
+    deduplicated = list(iter_pairs(root / "de" / "deduplicated_pairs" / "pairs.parquet"))
+    assert len(deduplicated) == len(set(deduplicated)) == dedup["pairs_out"]
+    assert all(src == src.lower() for src, _ in deduplicated)
+
+    spm = metadata_of(result, "sentencepiece_model")
+    assert spm["requested_vocab_size"] == 500 and 50 < spm["vocab_size"] <= 500
+    packed = metadata_of(result, "training_data")
+    with h5py.File(root / "de" / "training_data" / "train.h5") as handle:
+        assert int(handle.attrs["n_pairs"]) == packed["n_pairs"] == dedup["pairs_out"]
+        assert int(handle.attrs["vocab_size"]) == spm["vocab_size"]
+
+    trained = metadata_of(result, "psp_model")
+    assert (trained["dim"], trained["vocab_size"]) == (32, spm["vocab_size"])
+    assert "| 0 |" in trained["epochs"] and trained["pairs_per_second"] > 0
+    assert trained["final_loss"] > 0
+    model = load_model(root / "de" / "psp_model" / "model")
+    assert model.embed(["the old man reads a long letter."]).shape == (1, 32)
+
+    evaluation = metadata_of(result, "model_evaluation")
+    results = json.loads((root / "de" / "model_evaluation" / "results.json").read_text())
+    assert "en-en" in results["sts17"] and "deu" in results["tatoeba"]
+    assert evaluation["sts17_en-en_pearson"] == pytest.approx(results["sts17"]["en-en"]["pearson"])
+    assert "STS 2017" in evaluation["results"]
+
+    # unchanged inputs and config: every stage reuses its output
+    started = time.perf_counter()
+    again = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=QUICK)
+    assert again.success
+    assert all(metadata_of(again, name)["reused"] for name in STAGES)
+    assert time.perf_counter() - started < 30
+    versions = {
+        name: again.asset_materializations_for_node(name)[0].tags["dagster/data_version"]
+        for name in STAGES
+    }
+    assert versions["raw_pairs"] == metadata_of(result, "raw_pairs")["fingerprint"]
+
+    # new bitext in the inbox: raw pairs grow and every downstream stage recomputes
+    inbox = root / "inbox" / "de"
+    inbox.mkdir(parents=True)
+    english, german = english_german(50, seed=77)
+    (inbox / "extra.en").write_text("\n".join(english) + "\n")
+    (inbox / "extra.de").write_text("\n".join(german) + "\n")
+    third = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=QUICK)
+    assert third.success
+    assert metadata_of(third, "raw_pairs")["pairs_out"] == world["n_raw"] + 50
+    assert not any(metadata_of(third, name)["reused"] for name in STAGES)
+
+
+def test_paraphrase_language_from_paranmt(world: dict) -> None:
+    root = world["root"]
+    names = STAGES[:6]
+    config = {"ops": {"sentencepiece_model": QUICK["ops"]["sentencepiece_model"]}}
+    result = materialize(
+        assets_named(*names), partition_key="en", resources=world["resources"], run_config=config
+    )
+    assert result.success
+    raw = metadata_of(result, "raw_pairs")
+    assert raw["pairs_out"] == 700
+    assert pair_file_info(root / "en" / "raw_pairs" / "pairs.parquet") == (700, "en", "en", True)
+    filtered = metadata_of(result, "length_filtered_pairs")
+    assert "dropped: score_too_low" in filtered["funnel"]
+    with h5py.File(root / "en" / "training_data" / "train.h5") as handle:
+        assert handle.attrs["kind"] == "paraphrase"
+        assert int(handle.attrs["n_pairs"]) > 0
+
+
+def test_blocking_langid_check_stops_the_language(opus_server: OpusServer, tmp_path: Path) -> None:
+    english, _ = english_german(200, seed=3)
+    for corpus, version in (
+        ("OpenSubtitles", "v2018"),
+        ("Tanzil", "v1"),
+        ("GlobalVoices", "v2017q3"),
+    ):
+        data = build_moses_zip(corpus, "en", "de", english, english)  # "German" is English
+        opus_server.add_corpus(corpus, version, "en", "de", data)
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    result = materialize(
+        assets_named(*STAGES[:4]), partition_key="de", resources=resources, raise_on_error=False
+    )
+    assert check_outcomes(result)["langid_pass_rate_in_range"] is False
+    materialized = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert AssetKey("langid_filtered_pairs") in materialized
+    assert AssetKey("length_filtered_pairs") not in materialized
+    assert not (tmp_path / "storage" / "de" / "length_filtered_pairs" / "pairs.parquet").exists()
+
+
+def test_opus_version_override_from_run_config(opus_server: OpusServer, tmp_path: Path) -> None:
+    publish_de(opus_server, build_moses_zip)
+    english, german = english_german(30, seed=9)
+    opus_server.add_corpus(
+        "Tanzil", "v2", "en", "de", build_moses_zip("Tanzil", "en", "de", english, german)
+    )
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    config = {"ops": {"raw_pairs": {"config": {"opus_versions": {"Tanzil": "v2"}}}}}
+    result = materialize(
+        assets_named("raw_pairs"), partition_key="de", resources=resources, run_config=config
+    )
+    assert result.success
+    sources = metadata_of(result, "raw_pairs")["sources"]
+    assert {c["name"]: c["version"] for c in sources["corpora"]}["Tanzil"] == "v2"
+    assert (tmp_path / "storage" / "cache" / "opus" / "Tanzil" / "v2" / "de-en.txt.zip").is_file()
+
+
+def test_local_source_from_a_registry_entry(tmp_path: Path, monkeypatch) -> None:
+    bitext = tmp_path / "bitext"
+    bitext.mkdir()
+    english, german = english_german(40, seed=4)
+    (bitext / "news.en").write_text("\n".join(english) + "\n")
+    (bitext / "news.de").write_text("\n".join(german) + "\n")
+    registry = tmp_path / "languages.toml"
+    registry.write_text(f'[languages.de]\nsource = "local"\nlocal_dir = "{bitext}"\n')
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    resources = loopback_resources(OpusServer(), tmp_path / "storage", tmp_path / "eval")
+    result = materialize(assets_named("raw_pairs"), partition_key="de", resources=resources)
+    assert result.success
+    assert metadata_of(result, "raw_pairs")["pairs_out"] == 40
+
+
+def test_missing_upstream_is_a_clear_error(tmp_path: Path) -> None:
+    resources = loopback_resources(OpusServer(), tmp_path / "storage", tmp_path / "eval")
+    with pytest.raises(Exception, match="materialize raw_pairs \\(partition fr\\) first"):
+        materialize(assets_named("langid_filtered_pairs"), partition_key="fr", resources=resources)
+
+
+def test_every_stage_module_defines_one_asset() -> None:
+    assert len(ASSET_MODULES) == len(STAGES)

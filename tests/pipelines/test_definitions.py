@@ -1,0 +1,111 @@
+"""The shape of the pipeline: asset keys, dependencies, groups, partitions, checks, jobs,
+schedules, sensors, resources, and the instance settings in dagster.yaml."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from dagster import AssetKey, DagsterInstance
+
+from pipelines.definitions import defs
+from pipelines.languages import load_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EXPECTED_ASSETS = {
+    # asset: (group, upstream assets)
+    "raw_pairs": ("ingest", set()),
+    "langid_filtered_pairs": ("filtering", {"raw_pairs"}),
+    "length_filtered_pairs": ("filtering", {"langid_filtered_pairs"}),
+    "deduplicated_pairs": ("filtering", {"length_filtered_pairs"}),
+    "sentencepiece_model": ("vocabulary", {"deduplicated_pairs"}),
+    "training_data": ("packing", {"deduplicated_pairs", "sentencepiece_model"}),
+    "psp_model": ("training", {"sentencepiece_model", "training_data"}),
+    "model_evaluation": ("evaluation", {"psp_model"}),
+}
+EXPECTED_CHECKS = {
+    ("raw_pairs", "raw_pairs_not_empty"),
+    ("langid_filtered_pairs", "langid_pass_rate_in_range"),
+    ("length_filtered_pairs", "length_filtered_pairs_not_empty"),
+    ("deduplicated_pairs", "deduplicated_pairs_not_empty"),
+    ("training_data", "training_data_has_no_empty_sentences"),
+    ("psp_model", "model_vocab_matches_sentencepiece"),
+    ("psp_model", "model_weights_finite"),
+}
+EXPECTED_JOBS = {
+    "psp_language_job": set(EXPECTED_ASSETS),
+    "prepare_data_job": {
+        "raw_pairs",
+        "langid_filtered_pairs",
+        "length_filtered_pairs",
+        "deduplicated_pairs",
+        "sentencepiece_model",
+        "training_data",
+    },
+    "train_evaluate_job": {"psp_model", "model_evaluation"},
+}
+
+
+def test_assets_dependencies_groups_and_partitions() -> None:
+    graph = defs.get_repository_def().asset_graph
+    assert {key.to_user_string() for key in graph.get_all_asset_keys()} == set(EXPECTED_ASSETS)
+    for name, (group, parents) in EXPECTED_ASSETS.items():
+        node = graph.get(AssetKey(name))
+        assert node.group_name == group, name
+        assert {key.to_user_string() for key in node.parent_keys} == parents, name
+        assert node.partitions_def.get_partition_keys() == load_registry().codes, name
+        assert node.code_version, name
+
+
+def test_blocking_asset_checks() -> None:
+    graph = defs.get_repository_def().asset_graph
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    assert checks == EXPECTED_CHECKS
+    for key in graph.asset_check_keys:
+        assert graph.get_check_spec(key).blocking, key
+
+
+def test_download_retry_policy_and_training_pool() -> None:
+    raw = defs.get_assets_def("raw_pairs")
+    assert raw.op.retry_policy is not None and raw.op.retry_policy.max_retries >= 2
+    assert defs.get_assets_def("psp_model").op.pool == "psp_training"
+
+
+def test_jobs_select_their_groups() -> None:
+    for name, expected in EXPECTED_JOBS.items():
+        job = defs.resolve_job_def(name)
+        assert job.partitions_def is not None
+        assert job.partitions_def.get_partition_keys() == load_registry().codes
+        selected = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
+        assert selected == expected, name
+
+
+def test_schedule_sensor_and_resources() -> None:
+    repository = defs.get_repository_def()
+    assert repository.get_schedule_def("weekly_retrain_schedule").job_name == "psp_language_job"
+    sensor = repository.get_sensor_def("new_bitext_sensor")
+    assert sensor.job_name == "psp_language_job"
+    assert sensor.minimum_interval_seconds >= 60
+    resources = set(repository.get_top_level_resources())
+    assert resources == {"storage", "opus", "paranmt", "langid", "compute", "eval_data"}
+
+
+def test_workspace_loads_the_definitions_module() -> None:
+    text = (ROOT / "workspace.yaml").read_text()
+    assert "python_module: pipelines.definitions" in text
+
+
+def test_dagster_yaml_instance_settings(tmp_path: Path, monkeypatch) -> None:
+    shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    instance = DagsterInstance.from_config(str(tmp_path))
+    try:
+        config = instance.get_concurrency_config()
+        assert config.pool_config.default_pool_limit == 1
+        assert config.pool_config.pool_granularity.value == "op"
+        assert config.run_queue_config.max_concurrent_runs == 4
+        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        assert str(tmp_path) in str(instance.run_storage._conn_string)  # noqa: SLF001
+    finally:
+        instance.dispose()
