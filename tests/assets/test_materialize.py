@@ -19,6 +19,7 @@ from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
 from tests.pipelines.corpora import (
     NOT_GERMAN,
+    english_chinese,
     english_german,
     paranmt_zip,
     publish_de,
@@ -215,3 +216,27 @@ def test_missing_upstream_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_every_stage_module_defines_one_asset() -> None:
     assert len(ASSET_MODULES) == len(STAGES)
+
+
+def test_chinese_is_segmented_and_the_bundle_uses_jieba(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    corpora = [("OpenSubtitles", "v2018", "zh_cn"), ("Tanzil", "v1", "zh")]
+    corpora += [("GlobalVoices", "v2017q3", "zhs"), ("MultiUN", "v1", "zh")]
+    for seed, (corpus, version, code) in enumerate(corpora):
+        english, chinese = english_chinese(80, seed=seed)
+        data = build_moses_zip(corpus, "en", code, english, chinese)
+        opus_server.add_corpus(corpus, version, "en", code, data)
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    config = {"ops": {k: QUICK["ops"][k] for k in ("sentencepiece_model", "psp_model")}}
+    result = materialize(
+        assets_named(*STAGES[:7]), partition_key="zh", resources=resources, run_config=config
+    )
+    assert result.success
+    assert metadata_of(result, "raw_pairs")["pairs_out"] == 320
+    assert metadata_of(result, "deduplicated_pairs")["pretokenizer"] == "jieba"
+    pairs = list(iter_pairs(tmp_path / "storage" / "zh" / "deduplicated_pairs" / "pairs.parquet"))
+    assert pairs and all(" " in chinese for _, chinese in pairs)  # jieba put spaces in
+    model = load_model(tmp_path / "storage" / "zh" / "psp_model" / "model")
+    assert model.config.pretokenizer == "jieba"
+    assert model.config.languages == ["en", "zh"]

@@ -160,3 +160,24 @@ def write_eval_dir(directory) -> None:
     tatoeba.mkdir(parents=True, exist_ok=True)
     (tatoeba / "deu-eng.deu").write_text("\n".join(german) + "\n", encoding="utf-8")
     (tatoeba / "deu-eng.eng").write_text("\n".join(english) + "\n", encoding="utf-8")
+
+
+ZH_SUBJECTS = ["老人", "我的姐姐", "年轻的老师", "我们的邻居", "小女孩", "他的哥哥", "医生", "农民"]
+ZH_VERBS = ["读", "买", "找到", "看见", "拿着", "喜欢", "写", "带来"]
+ZH_OBJECTS = ["一封长信", "那本红色的书", "新鲜的面包", "一座小房子", "那只黑狗", "一幅漂亮的画"]
+ZH_PLACES = ["在花园里", "在火车站", "在城市里", "放学以后", "每天早上", "在厨房里"]
+
+
+def english_chinese(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """``n`` aligned English / Chinese (simplified, unsegmented) sentences."""
+    rng = random.Random(seed)
+    english, chinese = [], []
+    for _ in range(n):
+        i, j, k, m = (
+            rng.randrange(len(words)) for words in (ZH_SUBJECTS, ZH_VERBS, ZH_OBJECTS, ZH_PLACES)
+        )
+        english.append(
+            f"{SUBJECTS[i][0]} {VERBS[j][0]} {OBJECTS[k][0]} {PLACES[m][0]}.".capitalize()
+        )
+        chinese.append(f"{ZH_SUBJECTS[i]}{ZH_PLACES[m]}{ZH_VERBS[j]}{ZH_OBJECTS[k]}。")
+    return english, chinese
