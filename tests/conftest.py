@@ -116,3 +116,39 @@ def require_shared_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"real data not found at {path} (../shared/data is absent); skipping")
     return path
+
+
+REAL_PAIRS = 20_000
+
+
+@pytest.fixture(scope="session")
+def real_en_de_bundles(tmp_path_factory) -> tuple[Path, Path]:
+    """(untrained, trained) model bundles from a slice of the real en-de bitext: every 4th of
+    the first 80k pairs (a mix of the corpus's sources), vocab 8k, dim 300, one epoch at lr 0.05.
+    Trained once per session; skipped when ``../shared/data`` is absent."""
+    from itertools import islice
+
+    from ops.packing import pack_pairs
+    from ops.sentencepiece_model import train_sentencepiece
+    from ops.text_io import read_aligned
+    from psp_core import TrainConfig, train
+
+    bitext = require_shared_data("bitext", "en-de")
+    work = tmp_path_factory.mktemp("real-en-de")
+    pairs = list(
+        islice(
+            read_aligned(bitext / "combined.en.gz", bitext / "combined.de.gz"),
+            0,
+            4 * REAL_PAIRS,
+            4,
+        )
+    )
+    spm_path = train_sentencepiece(
+        (s.lower() for pair in pairs for s in pair), work / "spm.model", vocab_size=8000
+    )
+    data = work / "train.h5"
+    pack_pairs(pairs, Tokenizer.from_file(spm_path), data, lang="de")
+    config = dict(dim=300, max_megabatch=20, anneal_every=10, lr=0.05, log_every=0)
+    initial = train(data, spm_path, work / "init", TrainConfig(**config, max_steps=0))
+    trained = train(data, spm_path, work / "trained", TrainConfig(**config, epochs=1))
+    return initial.bundle, trained.bundle

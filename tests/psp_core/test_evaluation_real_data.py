@@ -1,27 +1,23 @@
 """The evaluation suites on the real data in ``../shared/data`` (skipped when it is absent).
 
-One model is trained briefly on a slice of the en-de bitext (as in ``test_real_data.py``) and
-shared by the tests of this module.
+One model is trained briefly on a slice of the en-de bitext (the session fixture
+``real_en_de_bundles`` of ``tests/conftest.py``). The first test is the model library's check that
+brief training on real data clearly lifts STS 2012-2014 and STS 2017 en-en above initialization.
 """
 
 from __future__ import annotations
 
 import glob
 from collections import Counter
-from itertools import islice
 from pathlib import Path
 
 import pytest
 
-from ops.packing import pack_pairs
-from ops.sentencepiece_model import train_sentencepiece
-from ops.text_io import read_aligned
-from psp_core import Tokenizer, TrainConfig, load_model, train
+from psp_core import load_model
 from psp_core.evaluation import STS17_TRACKS, evaluate_model, read_sts_file
 from tests.conftest import require_shared_data
 
 pytestmark = [pytest.mark.real_data, pytest.mark.slow]
-N_PAIRS = 20_000
 
 
 @pytest.fixture(scope="module")
@@ -30,24 +26,9 @@ def eval_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(real_en_de_bundles):
     """(untrained, trained) models: 20k en-de pairs, vocab 8k, dim 300, one epoch."""
-    bitext = require_shared_data("bitext", "en-de")
-    work = tmp_path_factory.mktemp("real-eval")
-    pairs = list(
-        islice(
-            read_aligned(bitext / "combined.en.gz", bitext / "combined.de.gz"), 0, 4 * N_PAIRS, 4
-        )
-    )
-    spm_path = train_sentencepiece(
-        (s.lower() for pair in pairs for s in pair), work / "spm.model", vocab_size=8000
-    )
-    data = work / "train.h5"
-    pack_pairs(pairs, Tokenizer.from_file(spm_path), data, lang="de")
-    config = dict(dim=300, max_megabatch=20, anneal_every=10, lr=0.05, log_every=0)
-    initial = train(data, spm_path, work / "init", TrainConfig(**config, max_steps=0))
-    trained = train(data, spm_path, work / "trained", TrainConfig(**config, epochs=1))
-    return load_model(initial.bundle), load_model(trained.bundle)
+    return tuple(load_model(bundle) for bundle in real_en_de_bundles)
 
 
 def test_trained_model_beats_its_initialization_on_sts(models, eval_dir):
