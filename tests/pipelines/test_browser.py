@@ -1,0 +1,219 @@
+"""The Dagster UI, driven by Debian's headless Chromium: `dagster dev` on 127.0.0.1 with a
+temporary DAGSTER_HOME, the asset graph shows the pipeline's assets, the language partitions
+are listed, and one partition's materialization launched from the UI succeeds.
+
+Needs ``chromium`` and ``chromium-driver`` (Debian packages) and the ``selenium`` package; the
+test skips with a message when any is missing. Screenshots go to ``$PSP_TEST_ARTIFACTS``
+(default ``test-artifacts/`` in the repository).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from pipelines.definitions import defs
+from pipelines.languages import load_registry
+from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.corpora import publish_de, write_eval_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+selenium = pytest.importorskip(
+    "selenium", reason="selenium is not installed (pip install selenium)"
+)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="Chromium not found: apt-get install chromium chromium-driver",
+    ),
+]
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+STARTUP_SECONDS = 120
+RUN_SECONDS = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def artifacts_dir() -> Path:
+    path = Path(os.environ.get("PSP_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture()
+def dagster_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
+    """`dagster dev` on a free 127.0.0.1 port, with the loopback OPUS server behind it."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    server = OpusServer().start()
+    publish_de(server, build_moses_zip)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    write_eval_dir(tmp_path / "eval")
+    port = free_port()
+    env = os.environ | {
+        "DAGSTER_HOME": str(home),
+        "PSP_STORAGE_ROOT": str(tmp_path / "storage"),
+        "PSP_OPUS_API": server.api_url,
+        "PSP_EVAL_DIR": str(tmp_path / "eval"),
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    dagster = Path(sys.executable).with_name("dagster")
+    command = [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port)]
+    command += ["-m", "pipelines.definitions"]
+    log = open(tmp_path / "dagster-dev.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            assert process.poll() is None, (tmp_path / "dagster-dev.log").read_text()[-3000:]
+            try:
+                if requests.get(f"{base}/server_info", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        else:
+            pytest.fail(f"dagster dev did not answer on {base} in {STARTUP_SECONDS}s")
+        yield {"base": base, "storage": tmp_path / "storage", "log": tmp_path / "dagster-dev.log"}
+    finally:
+        _stop_group(process)
+        log.close()
+        server.stop()
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """Stop dagster dev and the webserver, daemon and code servers it started (its group)."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture()
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1600,1000")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(2)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def body_text(driver) -> str:
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def wait_for_text(driver, pattern: str, seconds: float = 60) -> str:
+    WebDriverWait(driver, seconds, poll_frequency=1).until(
+        lambda d: re.search(pattern, body_text(d))
+    )
+    return body_text(driver)
+
+
+def dismiss_community_dialog(driver) -> None:
+    for button in driver.find_elements(By.XPATH, "//button[normalize-space()='Skip']"):
+        button.click()
+
+
+def label_matches(label: str, name: str) -> bool:
+    """Graph nodes truncate long names in the middle: ``langid_filt…_pairs``."""
+    if "…" not in label:
+        return label == name
+    head, tail = label.split("…", 1)
+    return name.startswith(head) and name.endswith(tail)
+
+
+def test_materialize_one_language_partition_from_the_ui(dagster_ui: dict, browser) -> None:
+    base, shots = dagster_ui["base"], artifacts_dir()
+    asset_names = [
+        k.to_user_string() for k in defs.get_repository_def().asset_graph.get_all_asset_keys()
+    ]
+
+    # the asset graph: every stage of the pipeline, in its group
+    browser.get(
+        f"{base}/assets/model_evaluation?view=lineage&lineageScope=upstream&lineageDepth=10"
+    )
+    text = wait_for_text(browser, r"raw_pairs", STARTUP_SECONDS)
+    dismiss_community_dialog(browser)
+    labels = [line.strip() for line in text.splitlines()]
+    for name in asset_names:
+        assert any(label_matches(label, name) for label in labels), f"{name} not in the graph"
+    for group in ("ingest", "filtering", "vocabulary", "packing", "training", "evaluation"):
+        assert group in labels
+    browser.save_screenshot(str(shots / "dagster-ui-asset-graph.png"))
+
+    # the language partitions of the first stage
+    browser.get(f"{base}/assets/raw_pairs?view=partitions")
+    text = wait_for_text(browser, r"Missing \(8\)")
+    for lang in load_registry().codes:
+        assert lang in text.splitlines()
+
+    # launch the materialization of partition "de" from the Materialize dialog
+    dismiss_community_dialog(browser)
+    browser.find_element(By.XPATH, "//button[contains(., 'Materialize')]").click()
+    wait_for_text(browser, "Launch runs to materialize raw_pairs", 20)
+    browser.find_element(By.XPATH, "//*[text()='Select a partition or create one']").click()
+    option = [e for e in browser.find_elements(By.XPATH, "//*[text()='de']") if e.is_displayed()]
+    option[-1].click()
+    browser.find_element(By.XPATH, "//*[text()='Launch runs to materialize raw_pairs']").click()
+    time.sleep(1)  # let the partition list fade out
+    launch = browser.find_element(By.XPATH, "//button[starts-with(normalize-space(), 'Launch')]")
+    assert launch.text in ("Launch run", "Launch 1 run", "Launch backfill"), launch.text
+    browser.save_screenshot(str(shots / "dagster-ui-launch-dialog.png"))
+    launch.click()
+    WebDriverWait(browser, 30, poll_frequency=0.5).until(
+        lambda d: "Launch runs to materialize" not in body_text(d)
+    )
+
+    # the run succeeds, for partition de only
+    browser.get(f"{base}/runs")
+    try:
+        text = wait_for_text(browser, r"\bSuccess\b|\bFailure\b", RUN_SECONDS)
+    finally:
+        browser.save_screenshot(str(shots / "dagster-ui-runs.png"))
+    assert "Success" in text, dagster_ui["log"].read_text()[-4000:]
+    assert "partition: de" in text
+    assert (dagster_ui["storage"] / "de" / "raw_pairs" / "pairs.parquet").is_file()
+    assert not (dagster_ui["storage"] / "fr").exists()
+    browser.get(f"{base}/assets/raw_pairs?view=partitions")
+    wait_for_text(browser, r"Materialized \(1\)")
+    browser.save_screenshot(str(shots / "dagster-ui-partition-materialized.png"))
