@@ -2,6 +2,7 @@
 the bundle's vocabulary matches its sentencepiece model and that every weight is finite."""
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -119,6 +120,12 @@ def psp_model(
     )
 
     def run() -> tuple[dict, dict]:
+        # A checkpoint is resumed only by a run with the same inputs and settings (a failed or
+        # retried run picks up where it stopped); checkpoints of other settings are stale.
+        checkpoint = stage.path(f"checkpoint-{key}")
+        for stale in stage.directory.glob("checkpoint-*"):
+            if stale != checkpoint:
+                shutil.rmtree(stale, ignore_errors=True)
         started = time.perf_counter()
         context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
         result = train(
@@ -127,6 +134,7 @@ def psp_model(
             stage.path("model"),
             train_config,
             dev_evaluator=StsEvaluator(dev_path) if dev_path else None,
+            checkpoint_dir=checkpoint,
             pretokenizer=spec.pretokenizer,
         )
         bundle_config = json.loads((result.bundle / "config.json").read_text())

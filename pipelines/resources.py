@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -191,7 +192,6 @@ def default_resources(storage_root: str | None = None) -> dict[str, Configurable
     ``PSP_PARANMT_URL``, ``PSP_LID_MODEL``, ``PSP_DEVICE``, ``PSP_EVAL_DIR`` (default
     ``../shared/data/eval``); each is also settable per run under ``resources:`` in run config.
     """
-    import os
 
     def env(name: str, default: str | None) -> str | EnvVar | None:
         return EnvVar(name) if os.environ.get(name) else default

@@ -21,6 +21,7 @@ from tests.pipelines.corpora import (
     NOT_GERMAN,
     english_chinese,
     english_german,
+    paranmt_lines,
     paranmt_zip,
     publish_de,
     write_eval_dir,
@@ -140,6 +141,9 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
 
 def test_paraphrase_language_from_paranmt(world: dict) -> None:
     root = world["root"]
+    inbox = root / "inbox" / "en"
+    inbox.mkdir(parents=True)
+    (inbox / "more-paraphrases.txt").write_text("\n".join(paranmt_lines(50, seed=8)) + "\n")
     names = STAGES[:6]
     config = {"ops": {"sentencepiece_model": QUICK["ops"]["sentencepiece_model"]}}
     result = materialize(
@@ -147,8 +151,9 @@ def test_paraphrase_language_from_paranmt(world: dict) -> None:
     )
     assert result.success
     raw = metadata_of(result, "raw_pairs")
-    assert raw["pairs_out"] == 700
-    assert pair_file_info(root / "en" / "raw_pairs" / "pairs.parquet") == (700, "en", "en", True)
+    assert raw["pairs_out"] == 750
+    assert raw["per_source"].count("| paranmt |") == 2  # the configured URL and the inbox file
+    assert pair_file_info(root / "en" / "raw_pairs" / "pairs.parquet") == (750, "en", "en", True)
     filtered = metadata_of(result, "length_filtered_pairs")
     assert "dropped: score_too_low" in filtered["funnel"]
     with h5py.File(root / "en" / "training_data" / "train.h5") as handle:
