@@ -71,7 +71,7 @@ def shuffle_pairs(
             output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score
         ) as writer:
             for path in bucket_paths:
-                with pa.memory_map(str(path)) as source:
+                with pa.OSFile(str(path), "rb") as source:
                     bucket = ipc.open_file(source).read_all()
                 if bucket.num_rows:
                     permuted = bucket.take(pa.array(rng.permutation(bucket.num_rows)))
