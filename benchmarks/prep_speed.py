@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, default=16_000)
     parser.add_argument("--input-sentence-size", type=int, default=200_000)
     parser.add_argument("--threads", type=int, default=2, help="sentencepiece threads")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="language-ID processes (fastText uses one core)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     parser.add_argument(
@@ -149,7 +152,6 @@ def peak_rss_mib() -> dict:
 def child(args: argparse.Namespace) -> int:
     from ops.langid import LanguageIdentifier
     from ops.moses_zip import read_moses_zip
-
     from ops.pair_files import PairWriter
     from ops.prepare import prepare_corpus
     from ops.stage_report import StageReport
@@ -190,6 +192,7 @@ def child(args: argparse.Namespace) -> int:
         input_sentence_size=args.input_sentence_size,
         seed=args.seed,
         num_threads=args.threads,
+        workers=args.workers,
     )
     total = time.perf_counter() - started
     stages = {"read": {"n_out": n_raw, "seconds": round(read_seconds, 3)}}
@@ -225,6 +228,8 @@ def run_size(args: argparse.Namespace, zip_path: Path, n_pairs: int) -> dict:
         str(args.input_sentence_size),
         "--threads",
         str(args.threads),
+        "--workers",
+        str(args.workers),
         "--seed",
         str(args.seed),
     ] + (["--verbose"] if args.verbose else [])
@@ -329,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 "vocab_size": args.vocab_size,
                 "input_sentence_size": args.input_sentence_size,
                 "spm_threads": args.threads,
+                "langid_workers": args.workers,
                 "seed": args.seed,
                 "zips": {str(n): str(p) for n, p in zips.items()},
             },

@@ -36,7 +36,7 @@ from typing import Any
 from ops.dedup import deduplicate
 from ops.encoding import encode_and_pack
 from ops.filters import FilterConfig, filter_pairs
-from ops.langid import LanguageIdentifier, filter_language
+from ops.langid import DEFAULT_THRESHOLD, LanguageIdentifier, filter_language
 from ops.pair_files import pair_file_info
 from ops.segmentation import segment_pairs
 from ops.sentencepiece_model import train_sentencepiece_from_pairs
@@ -98,10 +98,11 @@ def prepare_corpus(
     filter_config: FilterConfig | None = None,
     vocab_size: int = 50_000,
     seed: int = 0,
-    langid_threshold: float = 0.5,
+    langid_threshold: float = DEFAULT_THRESHOLD,
     character_coverage: float = 0.995,
     input_sentence_size: int = 10_000_000,
     num_threads: int = 2,
+    workers: int = 1,
     bucket_rows: int = DEFAULT_BUCKET_ROWS,
 ) -> PreparedCorpus:
     """Run langid -> filters -> dedup -> (zh: segment) -> shuffle -> spm -> pack on ``raw_pairs``.
@@ -116,6 +117,7 @@ def prepare_corpus(
         vocab_size, character_coverage, input_sentence_size: sentencepiece settings.
         seed: the shuffle order and the sentencepiece sample.
         num_threads: sentencepiece threads for training and encoding.
+        workers: processes for language ID and jieba segmentation (single-threaded libraries).
         bucket_rows: rows per shuffle bucket (memory is about two buckets).
 
     Returns:
@@ -165,7 +167,7 @@ def prepare_corpus(
         [raw_pairs],
         {"model": str(getattr(identifier, "model_path", None)), "threshold": langid_threshold},
         lambda out: filter_language(
-            raw_pairs, out, identifier=identifier, threshold=langid_threshold
+            raw_pairs, out, identifier=identifier, threshold=langid_threshold, workers=workers
         ),
     )
     previous = current
@@ -183,7 +185,9 @@ def prepare_corpus(
             "segment",
             [previous],
             {"pretokenizer": "jieba"},
-            lambda out: segment_pairs(previous, out, cache_dir=work_dir / "jieba-cache"),
+            lambda out: segment_pairs(
+                previous, out, cache_dir=work_dir / "jieba-cache", workers=workers
+            ),
         )
     previous = current
     shuffled = run(
