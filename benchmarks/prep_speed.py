@@ -235,7 +235,17 @@ def run_size(args: argparse.Namespace, zip_path: Path, n_pairs: int) -> dict:
     ] + (["--verbose"] if args.verbose else [])
     log.info("size %d: running the chain in a child process (%s)", n_pairs, work_dir)
     try:
-        completed = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+        # the child imports ``ops`` from this checkout, not from wherever the package is installed
+        python_path = os.pathsep.join(
+            filter(None, [str(_common.REPO_ROOT), os.environ.get("PYTHONPATH")])
+        )
+        completed = subprocess.run(
+            command,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": python_path},
+        )
     finally:
         if not args.keep:
             shutil.rmtree(work_dir, ignore_errors=True)
@@ -254,9 +264,11 @@ def summarize(record: dict) -> dict:
     per_stage = {
         name: {
             "seconds": stage["seconds"],
-            "pairs_in_per_s": round(stage.get("n_in", stage.get("n_out", 0)) / stage["seconds"])
-            if stage["seconds"]
-            else None,
+            **(
+                {"pairs_in_per_s": round(stage.get("n_in", stage["n_out"]) / stage["seconds"])}
+                if stage["seconds"] and name != "spm"
+                else {}
+            ),
             **({"n_in": stage["n_in"]} if "n_in" in stage else {}),
             "n_out": stage["n_out"],
             **({"dropped": stage["dropped"]} if stage.get("dropped") else {}),
@@ -273,6 +285,10 @@ def summarize(record: dict) -> dict:
         "without_spm_s": round(without_spm, 3),
         "without_spm_pairs_per_s": round(pairs / without_spm),
         "spm_training_s": spm_seconds,
+        # model loading, worker start-up: the part of end_to_end_s outside every stage
+        "outside_stages_s": round(
+            record["seconds_total"] - sum(stage["seconds"] for stage in stages.values()), 3
+        ),
         "cpu_per_wall": round(record["cpu_seconds"] / record["seconds_total"], 2),
         "slowest_stage_without_spm": slowest,
         "stages": per_stage,

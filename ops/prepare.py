@@ -27,6 +27,7 @@ import dataclasses
 import json
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,10 +153,12 @@ def prepare_corpus(
             result.skipped.append(stage)
             return output
         log.info("stage %s: writing %s", stage, output)
+        started = time.perf_counter()
         report = body(output)
         if not isinstance(report, StageReport):  # spm returns the model path
             n_pairs = pair_file_info(inputs[0])[0]
             report = StageReport(stage, n_in=n_pairs, n_out=n_pairs).finish()
+            report.seconds = time.perf_counter() - started
         result.reports[stage] = report
         with atomic_path(_record_path(output)) as tmp:
             saved = {**record, "output": _fingerprint(output), "report": report.as_dict()}
