@@ -4,32 +4,19 @@ real data (en-de, en-zh bitext slices, the ParaNMT-format sample) read back from
 from __future__ import annotations
 
 import gzip
-import importlib
 import random
 from itertools import islice
 
 import pytest
 
+from ops.filters import FilterConfig
+from ops.langid import LanguageIdentifier
 from ops.pair_files import PairWriter, iter_pair_chunks, pair_file_info
+from ops.paranmt import fetch_paranmt
+from ops.prepare import STAGES, prepare_corpus, stage_output
 from psp_core.tokenizer import Tokenizer
 from psp_core.training_file import TrainingFile
 from tests.conftest import require_shared_data
-
-# The stage modules come from other branches (sources, prep); until they are merged the chain
-# cannot run, and these tests say so instead of failing at collection.
-_stages = {
-    name: pytest.importorskip(f"ops.{name}", reason=f"ops.{name} is not merged into this branch")
-    for name in ("langid", "filters", "dedup", "segmentation", "paranmt")
-}
-LanguageIdentifier = _stages["langid"].LanguageIdentifier
-FilterConfig = _stages["filters"].FilterConfig
-fetch_paranmt = _stages["paranmt"].fetch_paranmt
-_prepare = importlib.import_module("ops.prepare")
-STAGES, prepare_corpus, stage_output = (
-    _prepare.STAGES,
-    _prepare.prepare_corpus,
-    _prepare.stage_output,
-)
 
 # a small English/German grammar: real words, so that language identification accepts them
 SUBJECTS = [
