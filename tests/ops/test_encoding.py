@@ -1,0 +1,166 @@
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ops.encoding import encode_and_pack
+from ops.pair_files import PairWriter
+from ops.sentencepiece_model import (
+    reservoir_sample,
+    reservoir_sample_arrays,
+    train_sentencepiece_from_pairs,
+)
+from psp_core.tokenizer import Tokenizer
+from psp_core.training_file import TrainingFile
+
+
+def write_pair_file(path, pairs, src_lang="en", tgt_lang="xx"):
+    with PairWriter(path, src_lang=src_lang, tgt_lang=tgt_lang) as writer:
+        writer.write([p[0] for p in pairs], [p[1] for p in pairs])
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling
+
+
+def sequential_algorithm_r(items, size, seed):
+    """The textbook algorithm, one item at a time, with the draws the vectorized version makes
+    when it sees everything as one array."""
+    rng = np.random.default_rng(seed)
+    sample = list(items[:size])
+    positions = np.arange(size, len(items))
+    slots = rng.integers(0, positions + 1) if len(positions) else []
+    for item, slot in zip(items[size:], slots, strict=True):
+        if slot < size:
+            sample[slot] = item
+    return sample
+
+
+@pytest.mark.parametrize(("n", "size"), [(0, 5), (3, 5), (5, 5), (100, 5), (1000, 300), (50, 0)])
+def test_vectorized_reservoir_matches_sequential_algorithm_r(n, size):
+    items = [f"s{i}" for i in range(n)]
+    for seed in range(5):
+        got = reservoir_sample_arrays([pa.array(items, pa.string())], size, seed)
+        assert got == sequential_algorithm_r(items, size, seed)
+
+
+@pytest.mark.parametrize(
+    ("sampler", "chunks"),
+    [
+        ("arrays", [50]),
+        ("arrays", [7, 1, 30, 12]),
+        ("arrays", [3, 3, 3, 41]),
+        ("iterable", [50]),
+    ],
+)
+def test_reservoir_inclusion_is_uniform(sampler, chunks):
+    items = [str(i) for i in range(sum(chunks))]
+    counts = Counter()
+    for seed in range(2000):
+        if sampler == "arrays":
+            arrays, start = [], 0
+            for size in chunks:
+                arrays.append(pa.array(items[start : start + size]))
+                start += size
+            sample = reservoir_sample_arrays(arrays, 10, seed)
+        else:
+            sample = reservoir_sample(iter(items), 10, seed)
+        assert len(sample) == 10 and len(set(sample)) == 10
+        counts.update(sample)
+    # each of 50 items is kept with probability 10/50: 400 times expected, sd about 18
+    assert min(counts[i] for i in items) > 320 and max(counts.values()) < 480, counts
+
+
+def test_reservoir_sample_is_seeded_and_bounded():
+    items = [str(i) for i in range(100_000)]
+    first = reservoir_sample(iter(items), 1000, seed=4)
+    assert first == reservoir_sample(iter(items), 1000, seed=4)
+    assert first != reservoir_sample(iter(items), 1000, seed=5)
+    assert len(first) == 1000
+    arrays = [pa.array(items[i : i + 4096]) for i in range(0, len(items), 4096)]
+    sample = reservoir_sample_arrays(arrays, 1000, seed=4)
+    assert sample == reservoir_sample_arrays(arrays, 1000, seed=4)
+    assert len(set(sample)) == 1000 and sum(int(s) >= 50_000 for s in sample) > 400
+    with pytest.raises(ValueError, match="sample size"):
+        reservoir_sample_arrays(arrays, -1, seed=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# sentencepiece from pairs
+
+
+def test_train_sentencepiece_from_pairs_uses_both_sides(tmp_path, toy):
+    pairs = [(s.lower(), t) for s, t in toy.pairs(1500, seed=5)] + [("", "   ")]
+    source = write_pair_file(tmp_path / "pairs.parquet", pairs)
+    model = train_sentencepiece_from_pairs(
+        source, tmp_path / "spm.model", vocab_size=300, input_sentence_size=2000, seed=3
+    )
+    tokenizer = Tokenizer.from_file(model)
+    assert 200 <= tokenizer.vocab_size <= 300
+    # both "languages" are covered by real pieces: no unknown ids on either side
+    for sentence in (pairs[0][0], pairs[0][1]):
+        ids = tokenizer.processor.Encode(sentence)
+        assert tokenizer.unk_id not in ids and tokenizer.processor.Decode(ids) == sentence
+    # the temporary sample file is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.parquet", "spm.model"]
+
+
+def test_train_sentencepiece_from_pairs_refuses_an_empty_file(tmp_path):
+    source = write_pair_file(tmp_path / "pairs.parquet", [("", " "), (" ", "")])
+    with pytest.raises(ValueError, match="no non-empty sentences"):
+        train_sentencepiece_from_pairs(source, tmp_path / "spm.model", vocab_size=100, seed=0)
+    assert not (tmp_path / "spm.model").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# encode and pack
+
+
+def test_encode_and_pack_round_trip(tmp_path, toy, spm_proto):
+    pairs = [(s.lower(), t) for s, t in toy.pairs(2500, seed=11)]
+    pairs[10] = ("", pairs[10][1])  # empty source
+    pairs[700] = (pairs[700][0], "   ")  # blank target
+    long_source = " ".join(toy.source_words[:60] * 3)
+    pairs[1200] = (long_source, pairs[1200][1])
+    source = write_pair_file(tmp_path / "shuffled.parquet", pairs)
+    tokenizer = Tokenizer(spm_proto, num_threads=2)
+    report = encode_and_pack(
+        source, tokenizer, tmp_path / "train.h5", lang="xx", kind="bitext", seed=9, batch_size=256
+    )
+    assert (report.n_in, report.n_out) == (2500, 2498)
+    assert dict(report.dropped) == {"empty_after_encoding": 2}
+    kept = [p for i, p in enumerate(pairs) if i not in (10, 700)]
+    with TrainingFile(tmp_path / "train.h5") as data:
+        info = data.info
+        assert (info.n_pairs, info.lang, info.kind, info.seed) == (2498, "xx", "bitext", 9)
+        assert (info.vocab_size, info.spm_sha256) == (tokenizer.vocab_size, tokenizer.sha256)
+        src, tgt = data.read(0, len(data))
+    decode = tokenizer.processor.Decode
+    for i, (english, other) in enumerate(kept):
+        if english == long_source:
+            assert len(src.sentence(i)) == 100
+            assert long_source.startswith(decode(src.sentence(i).tolist()))
+            continue
+        assert decode(src.sentence(i).tolist()) == english
+        assert decode(tgt.sentence(i).tolist()) == other
+
+
+def test_encode_and_pack_of_an_empty_file_writes_an_empty_training_file(tmp_path, spm_proto):
+    source = write_pair_file(tmp_path / "empty.parquet", [])
+    report = encode_and_pack(
+        source, Tokenizer(spm_proto), tmp_path / "t.h5", lang="xx", kind="paraphrase", seed=0
+    )
+    assert (report.n_in, report.n_out) == (0, 0)
+    with TrainingFile(tmp_path / "t.h5") as data:
+        assert len(data) == 0 and data.info.kind == "paraphrase"
+
+
+def test_encode_and_pack_leaves_no_partial_file(tmp_path, spm_proto):
+    source = write_pair_file(tmp_path / "p.parquet", [("a b c", "k l m")])
+    with pytest.raises(ValueError, match="kind"):
+        encode_and_pack(
+            source, Tokenizer(spm_proto), tmp_path / "t.h5", lang="xx", kind="other", seed=0
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.parquet"]

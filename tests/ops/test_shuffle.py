@@ -1,0 +1,94 @@
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from ops.pair_files import PairWriter, iter_pair_chunks, pair_file_info
+from ops.shuffle import bucket_count, shuffle_pairs
+
+
+def write_pairs(path, n, *, with_score=False, duplicates=0):
+    src = [f"source {i}" for i in range(n)] + ["same"] * duplicates
+    tgt = [f"target {i}" for i in range(n)] + ["gleich"] * duplicates
+    score = [i / max(n, 1) for i in range(n)] + [0.5] * duplicates if with_score else None
+    with PairWriter(path, src_lang="en", tgt_lang="de", with_score=with_score) as writer:
+        writer.write(src, tgt, score)
+    return path
+
+
+def read_rows(path):
+    rows = []
+    for src, tgt, score in iter_pair_chunks(path):
+        rows.extend(zip(src, tgt, score or [None] * len(src), strict=True))
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("n", "bucket_rows", "with_score"),
+    [(0, 10, False), (1, 10, False), (1000, 10_000, False), (5000, 300, True), (2003, 7, False)],
+)
+def test_shuffle_is_a_permutation_keeping_columns_and_metadata(
+    tmp_path, n, bucket_rows, with_score
+):
+    source = write_pairs(tmp_path / "in.parquet", n, with_score=with_score, duplicates=3)
+    report = shuffle_pairs(
+        source, tmp_path / "out.parquet", seed=7, work_dir=tmp_path / "w", bucket_rows=bucket_rows
+    )
+    assert (report.n_in, report.n_out, dict(report.dropped)) == (n + 3, n + 3, {})
+    before, after = read_rows(source), read_rows(tmp_path / "out.parquet")
+    assert Counter(after) == Counter(before)
+    assert pair_file_info(tmp_path / "out.parquet") == (n + 3, "en", "de", with_score)
+    if n >= 1000:
+        assert after != before
+        # rows coming from the first half of the input are spread over the whole output
+        first_half = {row for row in before[: n // 2]}
+        positions = [i for i, row in enumerate(after) if row in first_half]
+        assert min(positions) < n // 10 and max(positions) > n - n // 10
+
+
+def test_shuffle_is_reproducible_per_seed(tmp_path):
+    source = write_pairs(tmp_path / "in.parquet", 3000)
+
+    def order(seed, name):
+        shuffle_pairs(source, tmp_path / name, seed=seed, work_dir=tmp_path, bucket_rows=500)
+        return [row[0] for row in read_rows(tmp_path / name)]
+
+    assert order(1, "a.parquet") == order(1, "b.parquet")
+    assert order(1, "a.parquet") != order(2, "c.parquet")
+
+
+def test_shuffle_order_is_close_to_uniform(tmp_path):
+    # where row 0 lands, over many seeds, is roughly uniform over the 4 quarters of the output
+    source = write_pairs(tmp_path / "in.parquet", 40)
+    quarters = Counter()
+    for seed in range(200):
+        shuffle_pairs(source, tmp_path / "o.parquet", seed=seed, work_dir=tmp_path, bucket_rows=8)
+        landed = [row[0] for row in read_rows(tmp_path / "o.parquet")].index("source 0")
+        quarters[landed // 10] += 1
+    assert all(25 <= quarters[q] <= 75 for q in range(4)), quarters
+
+
+def test_buckets_are_removed_after_success_and_failure(tmp_path):
+    source = write_pairs(tmp_path / "in.parquet", 2000)
+    work = tmp_path / "work"
+    shuffle_pairs(source, tmp_path / "out.parquet", seed=0, work_dir=work, bucket_rows=100)
+    assert list(work.iterdir()) == []
+    # the output's directory cannot be created: this fails after the buckets were written
+    (tmp_path / "not-a-dir").write_text("")
+    with pytest.raises(OSError):
+        shuffle_pairs(
+            source, tmp_path / "not-a-dir" / "out.parquet", seed=0, work_dir=work, bucket_rows=100
+        )
+    assert list(work.iterdir()) == []
+
+
+def test_buckets_are_bounded_by_bucket_rows(tmp_path):
+    assert [bucket_count(n, 100) for n in (0, 1, 100, 101, 1000)] == [1, 1, 1, 2, 10]
+    with pytest.raises(ValueError, match="bucket_rows"):
+        bucket_count(10, 0)
+    source = write_pairs(tmp_path / "in.parquet", 10_000)
+    shuffle_pairs(source, tmp_path / "out.parquet", seed=3, work_dir=tmp_path, bucket_rows=1000)
+    # every bucket is written as its own run of row groups; none is far above bucket_rows
+    metadata = pq.ParquetFile(tmp_path / "out.parquet").metadata
+    sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert len(sizes) == 10 and max(sizes) < 1300
