@@ -14,6 +14,7 @@ from dagster import AssetKey, materialize
 
 from ops.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import ASSET_MODULES, defs
+from pipelines.resources import ComputeResource
 from psp_core import load_model
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
@@ -233,6 +234,8 @@ def test_chinese_is_segmented_and_the_bundle_uses_jieba(
         data = build_moses_zip(corpus, "en", code, english, chinese)
         opus_server.add_corpus(corpus, version, "en", code, data)
     resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    # two jieba worker processes: the parallel path, and this process's jieba stays untouched
+    resources["compute"] = ComputeResource(device="cpu", threads=1, workers=2)
     config = {"ops": {k: QUICK["ops"][k] for k in ("sentencepiece_model", "psp_model")}}
     result = materialize(
         assets_named(*STAGES[:7]), partition_key="zh", resources=resources, run_config=config
