@@ -27,6 +27,9 @@ import torch
 import torch.nn.functional as F
 
 NEGATIVE_SOURCES = ("opposite", "any")
+#: Below about 4096 x 4096 similarities the float32 product is as fast as screening (measured
+#: on a 2-core AVX512-BF16 CPU: 111 vs 124 ms at 2,560 pairs, 445 vs 352 ms at 5,120).
+SCREEN_MIN_PRODUCT = 4096 * 4096
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -287,7 +290,8 @@ def mine_hard_negatives(
         screen: for ``float32``, screen with bfloat16 products and re-score in float32 every
             candidate that the error bound of :func:`_bf16_window` cannot rule out. The result is the same as a float32 product, at about the
             speed of a bfloat16 one. ``None``: screen where bfloat16 is fast
-            (:func:`fast_bfloat16_available`).
+            (:func:`fast_bfloat16_available`) and the product has at least
+            :data:`SCREEN_MIN_PRODUCT` entries.
     """
     if negatives_from not in NEGATIVE_SOURCES:
         raise ValueError(
@@ -296,7 +300,12 @@ def mine_hard_negatives(
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
     if screen is None:
-        screen = dtype == torch.float32 and fast_bfloat16_available(source.device)
+        pool = len(target) if negatives_from == "opposite" else 2 * len(source)
+        screen = (
+            dtype == torch.float32
+            and len(source) * pool >= SCREEN_MIN_PRODUCT
+            and fast_bfloat16_available(source.device)
+        )
     screen = screen and dtype == torch.float32
     source = F.normalize(source.float(), dim=1)
     target = F.normalize(target.float(), dim=1)
