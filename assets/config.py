@@ -64,11 +64,16 @@ class TrainingConfig(StageConfig):
 
 
 class EvaluationConfig(StageConfig):
-    suites: list[str] = Field(
-        default_factory=lambda: ["sts", "sts17", "stsb", "tatoeba", "speed"],
-        description="Any of sts, sts17, stsb, tatoeba, speed.",
+    suites: list[str] | None = Field(
+        default=None,
+        description="Any of sts, sts17, stsb, tatoeba, speed; null: the paper's evaluation for "
+        "the language (en: STS 2012-2016, STS 2017 en-en, STS-B; X: English STS, the STS 2017 "
+        "tracks involving X, Tatoeba X), plus speed.",
+    )
+    sts17_tracks: list[str] | None = Field(
+        default=None, description="STS 2017 tracks (es-en, ...); null: the language's tracks."
     )
     tatoeba_languages: list[str] | None = Field(
-        default=None, description="LASER codes (deu, fra, ...); null: every one present."
+        default=None, description="LASER codes (deu, fra, ...); null: the language's own."
     )
     speed_repeats: int = 3

@@ -14,9 +14,9 @@ from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
 from pipelines.resources import EvaluationDataResource, StorageResource
 from psp_core import load_model
-from psp_core.evaluation import evaluate_model
+from psp_core.evaluation import evaluate_model, plan_for_language
 
-CODE_VERSION = "1"
+CODE_VERSION = "2"
 
 
 def tree_signature(directory: Path) -> str:
@@ -47,26 +47,37 @@ def model_evaluation(
     storage: StorageResource,
     eval_data: EvaluationDataResource,
 ) -> MaterializeResult:
-    """Evaluate the language's model on the evaluation data directory."""
+    """Evaluate the language's model on the evaluation data directory: by default the paper's
+    suites for the language (``psp_core.evaluation.plan_for_language``)."""
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "model_evaluation")
     model = stage.upstream("psp_model")
     eval_dir = eval_data.path()
+    plan = plan_for_language(spec.code)
+    suites = sorted(config.suites if config.suites is not None else plan.suites)
+    tracks = config.sts17_tracks if config.sts17_tracks is not None else list(plan.sts17_tracks)
+    tatoeba = (
+        config.tatoeba_languages
+        if config.tatoeba_languages is not None
+        else list(plan.tatoeba_languages)
+    )
     key = fingerprint(
         stage=stage.name,
         code=CODE_VERSION,
         model=model.fingerprint,
         eval_data=tree_signature(eval_dir),
-        suites=sorted(config.suites),
-        tatoeba=config.tatoeba_languages,
+        suites=suites,
+        sts17_tracks=tracks,
+        tatoeba=tatoeba,
     )
 
     def run() -> tuple[dict, dict]:
         results = evaluate_model(
             load_model(model.output("bundle")),
             eval_dir,
-            config.suites,
-            tatoeba_languages=config.tatoeba_languages,
+            suites,
+            tatoeba_languages=tatoeba,
+            sts17_tracks=tracks,
             speed_repeats=config.speed_repeats,
             model_name=f"psp-{spec.code}",
         )

@@ -16,6 +16,7 @@ from assets import (
     langid,
     model,
     raw_pairs,
+    scoreboard,
     training_data,
     vocabulary,
 )
@@ -34,6 +35,7 @@ ASSET_MODULES = [
     training_data,
     model,
     evaluation,
+    scoreboard,
 ]
 
 defs = Definitions(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-#: Asset groups in pipeline order; every asset belongs to exactly one.
+#: Asset groups in pipeline order; every partitioned asset belongs to exactly one. The
+#: unpartitioned scoreboard (group ``scoreboard``) has a job of its own.
 DATA_GROUPS = ("ingest", "filtering", "vocabulary", "packing")
 MODEL_GROUPS = ("training", "evaluation")
 
@@ -27,4 +28,10 @@ train_evaluate_job = define_asset_job(
     description="Train on the packed data that is already there, then evaluate.",
 )
 
-JOBS = [psp_language_job, prepare_data_job, train_evaluate_job]
+scoreboard_job = define_asset_job(
+    "scoreboard_job",
+    selection=AssetSelection.groups("scoreboard"),
+    description="One table of every evaluated language's results (not partitioned).",
+)
+
+JOBS = [psp_language_job, prepare_data_job, train_evaluate_job, scoreboard_job]

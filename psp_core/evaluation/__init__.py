@@ -16,6 +16,13 @@ from psp_core.evaluation.data import (
     fetch_eval_data,
     prepare_eval_data,
 )
+from psp_core.evaluation.plan import (
+    LASER_CODES,
+    EvaluationPlan,
+    plan_for_language,
+    scoreboard_markdown,
+    scoreboard_rows,
+)
 from psp_core.evaluation.results import EvaluationResults
 from psp_core.evaluation.runner import SUITES, evaluate_model
 from psp_core.evaluation.speed import SpeedResult, measure_speed, speed_sentences
@@ -35,6 +42,11 @@ from psp_core.evaluation.tatoeba import TatoebaScore, error_rate, tatoeba_errors
 
 __all__ = [
     "DEFAULT_EVAL_SOURCES",
+    "LASER_CODES",
+    "EvaluationPlan",
+    "plan_for_language",
+    "scoreboard_markdown",
+    "scoreboard_rows",
     "STS17_TRACKS",
     "STS_YEAR_DATASETS",
     "SUITES",

@@ -23,6 +23,7 @@ def evaluate_model(
     suites: Sequence[str] = SUITES,
     *,
     tatoeba_languages: list[str] | None = None,
+    sts17_tracks: list[str] | None = None,
     speed_repeats: int = 3,
     model_name: str = "",
 ) -> EvaluationResults:
@@ -33,6 +34,8 @@ def evaluate_model(
         eval_dir: directory with ``sts/``, ``sts17/``, ``stsb/``, ``tatoeba/``.
         suites: any of :data:`SUITES`.
         tatoeba_languages: LASER codes to evaluate (None: all present, paper's reported missing).
+        sts17_tracks: STS 2017 track names (``es-en``, ...) to evaluate (None: all of them).
+            :func:`psp_core.evaluation.plan_for_language` gives the paper's choice per language.
         speed_repeats: timed runs per speed figure (best is kept).
         model_name: recorded in the results.
 
@@ -48,7 +51,7 @@ def evaluate_model(
     if "sts" in suites:
         results.sts = evaluate_sts_years(model, eval_dir, results.missing)
     if "sts17" in suites:
-        results.sts17 = evaluate_sts17(model, eval_dir, results.missing)
+        results.sts17 = evaluate_sts17(model, eval_dir, results.missing, sts17_tracks)
     if "stsb" in suites:
         results.stsb = evaluate_stsb(model, eval_dir, results.missing)
     if "tatoeba" in suites:

@@ -186,11 +186,19 @@ def sts_year_means(results: dict[str, dict[str, Correlation]]) -> dict[str, Corr
 
 
 def evaluate_sts17(
-    model: PSPModel, eval_dir: str | Path, missing: list[str]
+    model: PSPModel, eval_dir: str | Path, missing: list[str], tracks: list[str] | None = None
 ) -> dict[str, Correlation]:
-    """Every STS 2017 track of :data:`STS17_TRACKS` found in ``eval_dir/sts17``."""
+    """The STS 2017 tracks of :data:`STS17_TRACKS` (or the named ``tracks``) in ``eval_dir/sts17``."""
+    known = {track.name for track in STS17_TRACKS}
+    unknown = sorted(set(tracks or ()) - known)
+    if unknown:
+        raise ValueError(f"unknown STS 2017 tracks {unknown}; expected some of {sorted(known)}")
     root = Path(eval_dir) / "sts17"
-    files = {track.name: root / f"{track.name}.tsv" for track in STS17_TRACKS}
+    files = {
+        track.name: root / f"{track.name}.tsv"
+        for track in STS17_TRACKS
+        if tracks is None or track.name in tracks
+    }
     return _evaluate_files(model, files, missing, "STS17")
 
 

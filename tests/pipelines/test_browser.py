@@ -170,14 +170,23 @@ def test_materialize_one_language_partition_from_the_ui(dagster_ui: dict, browse
 
     # the asset graph: every stage of the pipeline, in its group
     browser.get(
-        f"{base}/assets/model_evaluation?view=lineage&lineageScope=upstream&lineageDepth=10"
+        f"{base}/assets/evaluation_scoreboard?view=lineage&lineageScope=upstream&lineageDepth=10"
     )
     text = wait_for_text(browser, r"raw_pairs", STARTUP_SECONDS)
     dismiss_community_dialog(browser)
     labels = [line.strip() for line in text.splitlines()]
     for name in asset_names:
         assert any(label_matches(label, name) for label in labels), f"{name} not in the graph"
-    for group in ("ingest", "filtering", "vocabulary", "packing", "training", "evaluation"):
+    groups = (
+        "ingest",
+        "filtering",
+        "vocabulary",
+        "packing",
+        "training",
+        "evaluation",
+        "scoreboard",
+    )
+    for group in groups:
         assert group in labels
     browser.save_screenshot(str(shots / "dagster-ui-asset-graph.png"))
 

@@ -24,6 +24,7 @@ EXPECTED_ASSETS = {
     "psp_model": ("training", {"sentencepiece_model", "training_data"}),
     "model_evaluation": ("evaluation", {"psp_model"}),
 }
+UNPARTITIONED_ASSETS = {"evaluation_scoreboard": ("scoreboard", {"model_evaluation"})}
 EXPECTED_CHECKS = {
     ("raw_pairs", "raw_pairs_not_empty"),
     ("langid_filtered_pairs", "langid_pass_rate_in_range"),
@@ -45,17 +46,24 @@ EXPECTED_JOBS = {
     },
     "train_evaluate_job": {"psp_model", "model_evaluation"},
 }
+UNPARTITIONED_JOBS = {"scoreboard_job": {"evaluation_scoreboard"}}
 
 
 def test_assets_dependencies_groups_and_partitions() -> None:
     graph = defs.get_repository_def().asset_graph
-    assert {key.to_user_string() for key in graph.get_all_asset_keys()} == set(EXPECTED_ASSETS)
+    assert {key.to_user_string() for key in graph.get_all_asset_keys()} == set(
+        EXPECTED_ASSETS
+    ) | set(UNPARTITIONED_ASSETS)
     for name, (group, parents) in EXPECTED_ASSETS.items():
         node = graph.get(AssetKey(name))
         assert node.group_name == group, name
         assert {key.to_user_string() for key in node.parent_keys} == parents, name
         assert node.partitions_def.get_partition_keys() == load_registry().codes, name
         assert node.code_version, name
+    for name, (group, parents) in UNPARTITIONED_ASSETS.items():
+        node = graph.get(AssetKey(name))
+        assert node.group_name == group and node.partitions_def is None, name
+        assert {key.to_user_string() for key in node.parent_keys} == parents, name
 
 
 def test_blocking_asset_checks() -> None:
@@ -79,6 +87,10 @@ def test_jobs_select_their_groups() -> None:
         assert job.partitions_def.get_partition_keys() == load_registry().codes
         selected = {key.to_user_string() for key in job.asset_layer.executable_asset_keys}
         assert selected == expected, name
+    for name, expected in UNPARTITIONED_JOBS.items():
+        job = defs.resolve_job_def(name)
+        assert job.partitions_def is None
+        assert {key.to_user_string() for key in job.asset_layer.executable_asset_keys} == expected
 
 
 def test_schedule_sensor_and_resources() -> None:

@@ -1,0 +1,49 @@
+"""evaluation_scoreboard: every language's evaluation in one table (not partitioned).
+
+Reads the ``results.json`` of each language's latest ``model_evaluation`` under the storage root
+and renders them side by side with the paper's numbers (``psp_core.evaluation``); languages
+without an evaluation yet are listed, not guessed.
+"""
+
+import json
+
+from dagster import AllPartitionMapping, AssetDep, MaterializeResult, MetadataValue, asset
+
+from assets.stage import read_manifest
+from ops.text_io import atomic_path
+from pipelines.languages import load_registry
+from pipelines.resources import StorageResource
+from psp_core.evaluation import scoreboard_markdown, scoreboard_rows
+
+
+@asset(
+    group_name="scoreboard",
+    deps=[AssetDep("model_evaluation", partition_mapping=AllPartitionMapping())],
+    kinds={"markdown"},
+)
+def evaluation_scoreboard(storage: StorageResource) -> MaterializeResult:
+    """One table across languages: STS, STS 2017, STS-B, Tatoeba (cosine / margin), speed."""
+    results, not_evaluated = {}, []
+    for code in sorted(load_registry().codes):
+        manifest = read_manifest(storage.stage_dir(code, "model_evaluation"))
+        if manifest is None or not manifest.complete():
+            not_evaluated.append(code)
+            continue
+        results[code] = json.loads(manifest.output("json").read_text(encoding="utf-8"))
+    table = scoreboard_markdown(results)
+    if not_evaluated:
+        table += "\n\nNot evaluated yet: " + ", ".join(not_evaluated)
+    directory = storage.stage_dir("_all", "evaluation_scoreboard")
+    with atomic_path(directory / "scoreboard.md") as tmp:
+        tmp.write_text(table + "\n", encoding="utf-8")
+    with atomic_path(directory / "scoreboard.json") as tmp:
+        rows = {"languages": scoreboard_rows(results), "not_evaluated": not_evaluated}
+        tmp.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    return MaterializeResult(
+        metadata={
+            "scoreboard": MetadataValue.md(table),
+            "path": MetadataValue.path(str(directory / "scoreboard.md")),
+            "languages": MetadataValue.json(sorted(results)),
+            "not_evaluated": MetadataValue.json(not_evaluated),
+        }
+    )

@@ -1,0 +1,109 @@
+"""Which evaluations apply to a language's model, and one scoreboard across languages.
+
+The paper evaluates its English model on STS 2012-2016 (and selects on STS 2017 en-en), and each
+en-X bitext model on English STS, the STS 2017 tracks involving X and Tatoeba X->en / en->X.
+:func:`plan_for_language` turns that into suites, STS 2017 tracks and Tatoeba languages;
+:func:`scoreboard_markdown` renders several languages' ``EvaluationResults.to_dict()`` side by
+side with the paper's numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from psp_core.evaluation.results import PAPER_STS17, PAPER_STS_MEAN, PAPER_TATOEBA
+from psp_core.evaluation.sts import STS17_TRACKS
+
+#: ISO 639-1 (our partition codes, region suffix ignored) -> LASER's Tatoeba 3-letter codes.
+LASER_CODES: dict[str, str] = {
+    "ar": "ara", "bg": "bul", "de": "deu", "el": "ell", "es": "spa", "fr": "fra", "he": "heb",
+    "hi": "hin", "it": "ita", "ja": "jpn", "ko": "kor", "nl": "nld", "pl": "pol", "pt": "por",
+    "ru": "rus", "tr": "tur", "uk": "ukr", "vi": "vie", "zh": "cmn",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """What to run for one language: suites, STS 2017 tracks, Tatoeba languages."""
+
+    suites: tuple[str, ...]
+    sts17_tracks: tuple[str, ...]
+    tatoeba_languages: tuple[str, ...]
+
+
+def _base(lang: str) -> str:
+    return lang.strip().lower().replace("-", "_").split("_")[0]
+
+
+def plan_for_language(lang: str) -> EvaluationPlan:
+    """The paper's evaluation of the model of partition ``lang``.
+
+    ``en`` (paraphrase data): STS 2012-2016, STS 2017 en-en, STS Benchmark, speed. Any other
+    language X: STS 2012-2016 (English), the STS 2017 tracks with an X column, Tatoeba X (when
+    LASER has it) and speed.
+    """
+    base = _base(lang)
+    if base == "en":
+        return EvaluationPlan(("sts", "sts17", "stsb", "speed"), ("en-en",), ())
+    tracks = tuple(t.name for t in STS17_TRACKS if base in (t.first_language, t.second_language))
+    tatoeba = (LASER_CODES[base],) if base in LASER_CODES else ()
+    suites = ("sts",) + (("sts17",) if tracks else ()) + (("tatoeba",) if tatoeba else ())
+    return EvaluationPlan(suites + ("speed",), tracks, tatoeba)
+
+
+def _cell(value: float | None, paper: float | None = None) -> str:
+    text = "-" if value is None else f"{value:.1f}"
+    return text if paper is None else f"{text} ({paper:.1f})"
+
+
+def scoreboard_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per language from ``{lang: EvaluationResults.to_dict()}``."""
+    rows = []
+    for lang, result in sorted(results.items()):
+        sts_mean = (result.get("sts") or {}).get("mean")
+        speed = result.get("speed") or {}
+        rows.append(
+            {
+                "lang": lang,
+                "sts_mean_pearson": sts_mean["pearson"] if sts_mean else None,
+                "sts_years": sorted((result.get("sts") or {}).get("years", {})),
+                "sts17_pearson": {k: v["pearson"] for k, v in result.get("sts17", {}).items()},
+                "stsb_dev_pearson": (result.get("stsb", {}).get("dev") or {}).get("pearson"),
+                "tatoeba_error": {
+                    k: {"cosine": v["cosine_mean"], "margin": v["margin_mean"]}
+                    for k, v in result.get("tatoeba", {}).items()
+                },
+                "sentences_per_s": speed.get("with_tokenization"),
+                "missing": list(result.get("missing", [])),
+            }
+        )
+    return rows
+
+
+def scoreboard_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """A markdown table across languages; the paper's P-SP numbers in parentheses."""
+    lines = [
+        "| lang | STS 2012-16 mean (years) | STS 2017 (Pearson) | STS-B dev | "
+        "Tatoeba error % cosine / margin | sentences/s |",
+        "|---|---|---|---:|---|---:|",
+    ]
+    for row in scoreboard_rows(results):
+        years = row["sts_years"]
+        span = f" ({years[0]}-{years[-1]})" if years else ""
+        sts = _cell(row["sts_mean_pearson"], PAPER_STS_MEAN) + span
+        sts17 = ", ".join(
+            f"{track} {_cell(value, PAPER_STS17.get(track))}"
+            for track, value in sorted(row["sts17_pearson"].items())
+        )
+        tatoeba = ", ".join(
+            f"{code} {_cell(v['cosine'], PAPER_TATOEBA.get(code))} / {_cell(v['margin'])}"
+            for code, v in sorted(row["tatoeba_error"].items())
+        )
+        speed = "-" if row["sentences_per_s"] is None else f"{row['sentences_per_s']:,.0f}"
+        lines.append(
+            f"| {row['lang']} | {sts} | {sts17 or '-'} | {_cell(row['stsb_dev_pearson'])} | "
+            f"{tatoeba or '-'} | {speed} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+import pytest
+
+from psp_core.evaluation import (
+    EvaluationPlan,
+    EvaluationResults,
+    plan_for_language,
+    scoreboard_markdown,
+    scoreboard_rows,
+)
+from psp_core.evaluation.sts import Correlation
+from psp_core.evaluation.tatoeba import TatoebaScore
+
+
+@pytest.mark.parametrize(
+    ("lang", "plan"),
+    [
+        ("en", EvaluationPlan(("sts", "sts17", "stsb", "speed"), ("en-en",), ())),
+        ("de", EvaluationPlan(("sts", "tatoeba", "speed"), (), ("deu",))),
+        ("ar", EvaluationPlan(("sts", "sts17", "tatoeba", "speed"), ("ar-ar", "ar-en"), ("ara",))),
+        (
+            "es",
+            EvaluationPlan(
+                ("sts", "sts17", "tatoeba", "speed"), ("es-es", "es-en", "es-en-wmt"), ("spa",)
+            ),
+        ),
+        ("tr", EvaluationPlan(("sts", "sts17", "tatoeba", "speed"), ("tr-en",), ("tur",))),
+        ("zh_cn", EvaluationPlan(("sts", "tatoeba", "speed"), (), ("cmn",))),
+        ("sw", EvaluationPlan(("sts", "speed"), (), ())),  # nothing language-specific
+    ],
+)
+def test_each_language_gets_the_papers_evaluation(lang, plan):
+    assert plan_for_language(lang) == plan
+
+
+def _results(sts17: dict, tatoeba: dict) -> dict:
+    results = EvaluationResults(model="m")
+    results.sts = {"2012": {"MSRpar": Correlation(60.0, 55.0, 750)}}
+    results.sts17 = {name: Correlation(value, value, 250) for name, value in sts17.items()}
+    results.tatoeba = {code: TatoebaScore(1000, c, c, m, m) for code, (c, m) in tatoeba.items()}
+    return results.to_dict()
+
+
+def test_scoreboard_puts_languages_side_by_side_with_the_papers_numbers():
+    board = {
+        "es": _results({"es-es": 74.25, "es-en": 23.7}, {"spa": (12.0, 10.5)}),
+        "ar": _results({"ar-ar": 4.5}, {"ara": (50.0, 45.0)}),
+    }
+    rows = scoreboard_rows(board)
+    assert [row["lang"] for row in rows] == ["ar", "es"]
+    assert rows[1]["sts17_pearson"] == {"es-es": 74.25, "es-en": 23.7}
+    assert rows[1]["tatoeba_error"] == {"spa": {"cosine": 12.0, "margin": 10.5}}
+    table = scoreboard_markdown(board).splitlines()
+    assert len(table) == 4
+    assert table[2].startswith("| ar | 60.0 (74.6) (2012-2012) | ar-ar 4.5 (76.2) |")
+    assert "es-en 23.7 (78.4), es-es 74.2 (85.8)" in table[3]
+    assert "spa 12.0 (2.4) / 10.5" in table[3]
