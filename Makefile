@@ -1,6 +1,10 @@
 # Two commands do all set-up on a fresh clone:
-#   make run    create .venv if needed, then train and evaluate a model
+#   make run    create .venv if needed, then run the Dagster language job (train + evaluate)
 #   make test   create .venv if needed, then run the test suite
+#
+# make run's knobs: PARTITION (language, default de), PROFILE (run config, default the demo
+# profile; PROFILE= for the paper's settings), REGISTRY (language registry, default the offline
+# one reading ../shared/data; pipelines/languages.toml downloads from OPUS / ParaNMT).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -18,8 +22,22 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+PARTITION ?= de
+PROFILE ?= configs/demo.yaml
+REGISTRY ?= configs/languages-shared-data.toml
+SHARED_DATA ?= $(abspath ../shared/data)
+DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export PSP_STORAGE_ROOT ?= $(CURDIR)/runs/psp_data
+export PSP_EVAL_DIR ?= $(SHARED_DATA)/eval
+export PSP_PARANMT_URL ?= $(SHARED_DATA)/paraphrase/paranmt-format-sample.txt.gz
+
 run: $(STAMP)
-	$(PY) scripts/quickstart.py $(ARGS)
+	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) $(VENV)/bin/dagster job execute \
+		-m pipelines.definitions -j psp_language_job \
+		--tags '{"dagster/partition": "$(PARTITION)"}' $(if $(PROFILE),-c $(PROFILE))
+	@echo "model: $(PSP_STORAGE_ROOT)/$(PARTITION)/psp_model/model"
+	@cat $(PSP_STORAGE_ROOT)/$(PARTITION)/model_evaluation/results.md
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -33,4 +51,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/train_speed.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .dagster_home test-artifacts
