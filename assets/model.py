@@ -20,6 +20,7 @@ from dagster import (
 
 from assets.config import TrainingConfig
 from assets.metadata import common_metadata
+from assets.slots import machine_slot
 from assets.stage import Stage, fingerprint
 from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
@@ -30,7 +31,7 @@ from psp_core.evaluation import StsEvaluator
 from psp_core.tokenizer import sha256_file
 from psp_core.training import TrainConfig
 
-CODE_VERSION = "1"
+CODE_VERSION = "2"
 VOCAB_CHECK = "model_vocab_matches_sentencepiece"
 FINITE_CHECK = "model_weights_finite"
 #: TrainConfig fields that do not change the trained weights.
@@ -127,16 +128,24 @@ def psp_model(
             if stale != checkpoint:
                 shutil.rmtree(stale, ignore_errors=True)
         started = time.perf_counter()
-        context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
-        result = train(
-            data.output("data"),
-            spm.output("model"),
-            stage.path("model"),
-            train_config,
-            dev_evaluator=StsEvaluator(dev_path) if dev_path else None,
-            checkpoint_dir=checkpoint,
-            pretokenizer=spec.pretokenizer,
-        )
+        with machine_slot(
+            Path(storage.root) / ".locks",
+            "psp_training",
+            compute.max_concurrent_trainings,
+            on_wait=context.log.info,
+        ):
+            window_start = time.time()
+            context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
+            result = train(
+                data.output("data"),
+                spm.output("model"),
+                stage.path("model"),
+                train_config,
+                dev_evaluator=StsEvaluator(dev_path) if dev_path else None,
+                checkpoint_dir=checkpoint,
+                pretokenizer=spec.pretokenizer,
+            )
+            window = [window_start, time.time()]
         bundle_config = json.loads((result.bundle / "config.json").read_text())
         record = {
             "history": result.state.history,
@@ -147,6 +156,7 @@ def psp_model(
             "vocab_size": bundle_config["vocab_size"],
             "settings": settings,
             "seconds": round(time.perf_counter() - started, 3),
+            "training_window": window,
         }
         return {"bundle": "model"}, record
 
@@ -168,6 +178,7 @@ def psp_model(
                 float(history[-1]["pairs_per_second"] or 0.0) if history else 0.0
             ),
             "seconds": MetadataValue.float(float(record["seconds"])),
+            "training_window": MetadataValue.json(record.get("training_window")),
             "settings": MetadataValue.json(record["settings"]),
         }
     )

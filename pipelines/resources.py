@@ -168,11 +168,14 @@ class LanguageIdResource(ConfigurableResource):
 
 
 class ComputeResource(ConfigurableResource):
-    """Where and how wide to compute: torch device, torch threads, data-op worker processes."""
+    """Where and how wide to compute: torch device, torch threads, data-op worker processes,
+    and how many trainings may run at once on this machine (file-lock slots under the storage
+    root, on top of the ``psp_training`` pool)."""
 
     device: str = "auto"
     threads: int | None = None
     workers: int = 1
+    max_concurrent_trainings: int = 1
 
 
 class EvaluationDataResource(ConfigurableResource):

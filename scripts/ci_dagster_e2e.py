@@ -8,8 +8,10 @@ language job with the quick profile for each language given, **in parallel** (on
 
 * each run succeeded, and the model bundle and evaluation results exist;
 * ``psp embed`` works with each bundle (a float32 ``[n, dim]`` array);
-* the training steps of the runs never overlapped: the ``psp_training`` pool (limit 1 in
-  dagster.yaml) serialises training while the data stages run side by side.
+* the trainings of the runs never overlapped: the ``psp_training`` pool (limit 1 in
+  dagster.yaml) and the machine-wide training slot (``ComputeResource.max_concurrent_trainings``,
+  a file lock that holds even when two SQLite-backed runs claim the pool at the same instant)
+  serialise training while the data stages run side by side.
 
     python scripts/ci_dagster_e2e.py [--languages de en] [--keep DIR]
 
@@ -86,20 +88,19 @@ def launch(lang: str, config: Path, env: dict, logs: Path) -> subprocess.Popen:
 
 
 def training_windows(dagster_home: Path, env: dict) -> dict[str, tuple[float, float]]:
-    """run tag partition -> (start, end) of its psp_model step, from the instance's event log."""
+    """run tag partition -> (start, end) of its training, from the psp_model materializations
+    (the window inside the step, after it got its training slot)."""
     code = """
 import json
-from dagster import DagsterEventType, DagsterInstance
+from dagster import AssetKey, DagsterInstance
 instance = DagsterInstance.get()
 windows = {}
 for run in instance.get_runs():
-    times = {}
-    for record in instance.all_logs(run.run_id):
-        event = record.dagster_event
-        if event and record.step_key == "psp_model" and event.event_type in (
-            DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS):
-            times[event.event_type.value] = record.timestamp
-    windows[run.tags["dagster/partition"]] = [times.get("STEP_START"), times.get("STEP_SUCCESS")]
+    for event in instance.get_records_for_run(run.run_id).records:
+        materialization = event.event_log_entry.asset_materialization
+        if materialization and materialization.asset_key == AssetKey("psp_model"):
+            window = materialization.metadata["training_window"].value
+            windows[run.tags["dagster/partition"]] = window
 print(json.dumps(windows))
 """
     output = subprocess.run(
