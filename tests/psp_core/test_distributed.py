@@ -17,6 +17,7 @@ from psp_core import load_model
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.training.distributed import DistributedContext, context_from_environment
 from tests.conftest import write_training_file
+from tests.psp_core.test_cli import write_sts_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VOCAB, DIM = 12, 3
@@ -108,51 +109,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("optimizer", ["sparse", "dense"])
-def test_torchrun_two_processes_train_identical_replicas(
-    tmp_path, toy, tokenizer, spm_path, optimizer
-):
-    data = write_training_file(tmp_path / "train.h5", tokenizer, toy.pairs(600, seed=5))
-    output = tmp_path / "bundle"
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        "-m",
-        "psp_core.cli",
-        "train",
-        "--data",
-        str(data),
-        "--spm",
-        str(spm_path),
-        "--output",
-        str(output),
-        "--dim",
-        "16",
-        "--max-megabatch",
-        "2",
-        "--anneal-every",
-        "0",
-        "--epochs",
-        "1",
-        "--batch-size",
-        "16",
-        "--lr",
-        "0.05",
-        "--optimizer",
-        optimizer,
-        "--device",
-        "cpu",
-        "--num-threads",
-        "1",
-    ]
+def _torchrun_train(data: Path, spm_path: Path, output: Path, *options: str):
+    """``psp train`` under torchrun with 2 CPU processes; returns the run and each rank's digest."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    argv += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    argv += ["-m", "psp_core.cli", "train", "--data", str(data), "--spm", str(spm_path)]
+    argv += ["--output", str(output), "--dim", "16", "--max-megabatch", "2"]
+    argv += ["--anneal-every", "0", "--batch-size", "16", "--lr", "0.05", "--device", "cpu"]
+    argv += ["--num-threads", "1", "--log-every", "0", *options]
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     completed = subprocess.run(
         argv, capture_output=True, text=True, env=environment, timeout=120, cwd=REPO_ROOT
@@ -160,8 +124,19 @@ def test_torchrun_two_processes_train_identical_replicas(
     assert completed.returncode == 0, completed.stderr[-3000:]
     digests = dict(re.findall(r"rank (\d) final weights sha256 ([0-9a-f]{64})", completed.stderr))
     assert set(digests) == {"0", "1"}, completed.stderr[-3000:]
-    assert digests["0"] == digests["1"]
     assert completed.stdout.count('"bundle"') == 1  # only rank 0 reports
+    return completed, digests
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sparse", "dense"])
+def test_torchrun_two_processes_train_identical_replicas(
+    tmp_path, toy, tokenizer, spm_path, optimizer
+):
+    data = write_training_file(tmp_path / "train.h5", tokenizer, toy.pairs(600, seed=5))
+    output = tmp_path / "bundle"
+    _, digests = _torchrun_train(data, spm_path, output, "--epochs", "1", "--optimizer", optimizer)
+    assert digests["0"] == digests["1"]
 
     trained = load_model(output)
     assert trained.config.training["world_size"] == 2
@@ -176,3 +151,27 @@ def test_torchrun_two_processes_train_identical_replicas(
     changed = ~np.isclose(trained.weight.numpy(), initial.weight.detach().numpy()).all(axis=1)
     assert changed.mean() > 0.3  # most pieces were trained
     assert not (output.parent / "bundle.checkpoint").exists()
+
+
+@pytest.mark.slow
+def test_torchrun_resumes_exactly_with_dev_selection(tmp_path, toy, tokenizer, spm_path):
+    data = write_training_file(tmp_path / "train.h5", tokenizer, toy.pairs(300, seed=6))
+    dev = write_sts_file(tmp_path / "dev.tsv", toy.pairs(20, seed=77))
+    options = ("--epochs", "2", "--dev-sts", str(dev), "--checkpoint-every", "2")
+    _, straight = _torchrun_train(data, spm_path, tmp_path / "straight", *options)
+
+    checkpoint = tmp_path / "checkpoint"
+    resumable = (*options, "--checkpoint-dir", str(checkpoint))
+    _torchrun_train(data, spm_path, tmp_path / "stopped", *resumable, "--max-steps", "5")
+    assert (checkpoint / "LATEST").is_file()
+    run, resumed = _torchrun_train(data, spm_path, tmp_path / "resumed", *resumable)
+    # both ranks resumed from the checkpoint rank 0 wrote (300 pairs: 10 steps an epoch)
+    assert run.stderr.count("at epoch 0 step 6") == 2, run.stderr[-3000:]
+
+    assert straight["0"] == straight["1"] == resumed["0"] == resumed["1"]
+    first, second = load_model(tmp_path / "straight"), load_model(tmp_path / "resumed")
+    assert torch.equal(first.weight, second.weight)  # the best epoch's table
+    assert [e["dev_score"] for e in first.config.training["history"]] == [
+        e["dev_score"] for e in second.config.training["history"]
+    ]
+    assert first.config.training["best_epoch"] == second.config.training["best_epoch"]
