@@ -141,7 +141,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         lowercase=not args.no_lowercase,
         max_length=args.max_length,
     )
-    print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
+    if result.rank == 0:  # under torchrun, only rank 0 reports
+        print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
 
 
 def cmd_info(args: argparse.Namespace) -> None:

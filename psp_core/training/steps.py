@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -14,6 +14,7 @@ from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.loss import margin_loss
 from psp_core.mining import mine_hard_negatives, sentence_hashes
 from psp_core.training.data import PairBatch
+from psp_core.training.distributed import DistributedContext
 from psp_core.training.optim import clip_gradient_norm
 
 
@@ -31,6 +32,8 @@ class StepSettings:
     mining_dtype: torch.dtype
     mining_screen: bool | None  # None: screen float32 mining with bfloat16 where it is fast
     device: torch.device
+    # several processes: gradients and the loss are averaged over the ranks every step
+    distributed: DistributedContext = field(default_factory=DistributedContext)
 
 
 def encode(model: MeanEmbeddingEncoder, batch: TokenBatch, device: torch.device) -> torch.Tensor:
@@ -55,9 +58,12 @@ def train_megabatch(
     """Train on one mega-batch; returns the loss of each mini-batch.
 
     Negatives are mined once, with the parameters as they are at the start of the mega-batch
-    and without dropout, then every mini-batch takes one optimizer step.
+    and without dropout, then every mini-batch takes one optimizer step. Under several
+    processes every rank calls this with its own shard, all with the same number of
+    mini-batches; the losses returned are the means over the ranks.
     """
     device = settings.device
+    distributed = settings.distributed
     model.eval()
     with torch.no_grad():
         source_embeddings = encode(model, mega.source, device)
@@ -110,7 +116,7 @@ def train_megabatch(
             t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)
             s_negative = s_negative * torch.from_numpy(s_negative_rows >= 0).to(device).unsqueeze(1)
         loss = margin_loss(s, t, t_negative, s_negative, settings.margin)
-        value = loss.detach().item()
+        value = distributed.mean(loss.detach()).item()
         step = first_step + len(losses) + 1
         if not math.isfinite(value):
             raise NonFiniteLossError(
@@ -119,13 +125,16 @@ def train_megabatch(
             )
         loss.backward()
         if model.sparse:
+            grad_ids, grad_rows = distributed.average_sparse(unique, rows.grad)
             model.weight.grad = torch.sparse_coo_tensor(
-                unique.unsqueeze(0),
-                rows.grad,
+                grad_ids.unsqueeze(0),
+                grad_rows,
                 model.weight.shape,
                 is_coalesced=True,
                 check_invariants=False,
             )
+        else:
+            distributed.average_dense_(model.weight.grad)
         clip_gradient_norm(params, settings.grad_clip)
         optimizer.step()
         losses.append(value)

@@ -23,7 +23,8 @@ from psp_core.model import PSPModel
 from psp_core.tokenizer import Tokenizer
 from psp_core.training.checkpoint import CheckpointStore, TrainingState
 from psp_core.training.config import TrainConfig
-from psp_core.training.data import EpochStream
+from psp_core.training.data import EpochStream, PairBatch
+from psp_core.training.distributed import DistributedContext, distributed_training, tensor_digest
 from psp_core.training.optim import build_optimizer
 from psp_core.training.schedule import MegabatchSchedule
 from psp_core.training.steps import StepSettings, train_megabatch
@@ -38,6 +39,7 @@ DevEvaluator = Callable[[PSPModel], float]
 class TrainResult:
     bundle: Path
     state: TrainingState
+    rank: int = 0  # this process's rank under torchrun (only rank 0 writes the bundle)
 
 
 @contextmanager
@@ -124,13 +126,19 @@ def train(
             must match how the training file was encoded. ``pretokenizer=None`` picks jieba for
             Chinese and none otherwise.
         on_step: called as ``on_step(step, loss)`` after every optimizer step.
+
+    Started by ``torchrun`` with several processes, this trains data-parallel (see
+    :mod:`psp_core.training.distributed`): each step trains ``world_size`` mini-batches of
+    ``batch_size`` pairs, one per rank; rank 0 writes checkpoints, the bundle and the logs.
     """
     config = config or TrainConfig()
     output_dir = Path(output_dir)
     store = CheckpointStore(checkpoint_dir or output_dir.with_name(output_dir.name + ".checkpoint"))
-    device = resolve_device(config.device)
-
-    with torch_threads(config.num_threads), TrainingFile(data_path) as data:
+    with (
+        distributed_training(resolve_device(config.device)) as (distributed, device),
+        torch_threads(config.num_threads),
+        TrainingFile(data_path) as data,
+    ):
         info = data.info
         tokenizer = Tokenizer.from_file(
             spm_path,
@@ -159,6 +167,9 @@ def train(
             "n_pairs": info.n_pairs,
             "spm_sha256": info.spm_sha256,
         }
+        if distributed.is_distributed:
+            # the effective batch is batch_size x world_size: resume with the same world
+            fingerprint["world_size"] = distributed.world_size
 
         torch.manual_seed(config.seed)
         model = MeanEmbeddingEncoder(
@@ -167,11 +178,13 @@ def train(
         model.reset_parameters(torch.Generator().manual_seed(config.seed))
         model.to(device)
         optimizer = build_optimizer(model, config.optimizer, config.lr)
-        if resume and store.exists():
+        # every rank resumes from the same checkpoint, or none does
+        if distributed.broadcast_object(resume and store.exists()):
             state = store.restore(model.weight, optimizer, fingerprint)
             log.info("resuming from %s at epoch %d step %d", store.latest, state.epoch, state.step)
         else:
-            store.remove()
+            if distributed.is_main:
+                store.remove()
             state = TrainingState()
 
         schedule = MegabatchSchedule(config.max_megabatch, config.anneal_every)
@@ -184,7 +197,10 @@ def train(
             mining_dtype=torch.bfloat16 if config.mining_dtype == "bfloat16" else torch.float32,
             mining_screen=False if config.mining_dtype == "float32-plain" else None,
             device=device,
+            distributed=distributed,
         )
+        main = distributed.is_main
+        pairs_per_step = config.batch_size * distributed.world_size
 
         def step_hook(step: int, loss: float) -> None:
             progress(step, loss)
@@ -200,61 +216,98 @@ def train(
                 block_size=config.shuffle_block,
                 start=state.position,
             )
-            progress = _Progress(config.log_every, config.batch_size)
+            progress = _Progress(config.log_every if main else 0, pairs_per_step)
             last_checkpoint = state.step
             epoch_losses: list[float] = []
             while True:
                 if config.max_steps is not None and state.step >= config.max_steps:
                     stopped_early = True
                     break
-                mega = stream.take(schedule.size_at(state.step) * config.batch_size)
+                mega = stream.take(
+                    schedule.size_at(state.step) * config.batch_size * distributed.world_size
+                )
                 if len(mega) == 0:
                     break
-                losses = train_megabatch(
-                    model, optimizer, mega, settings, first_step=state.step, on_step=step_hook
-                )
-                epoch_losses.extend(losses)
-                state.step += len(losses)
+                shard = _shard(mega, distributed)
+                if len(shard) > 0:
+                    losses = train_megabatch(
+                        model, optimizer, shard, settings, first_step=state.step, on_step=step_hook
+                    )
+                    epoch_losses.extend(losses)
+                    state.step += len(losses)
                 state.position += len(mega)
                 if (
                     config.checkpoint_every
                     and state.step - last_checkpoint >= config.checkpoint_every
                 ):
-                    store.save(model.weight, optimizer, state, fingerprint)
+                    _save(store, distributed, model, optimizer, state, fingerprint)
                     last_checkpoint = state.step
             if stopped_early:
-                store.save(model.weight, optimizer, state, fingerprint)
+                _save(store, distributed, model, optimizer, state, fingerprint)
                 break
             elapsed = time.perf_counter() - progress.started
             record = {
                 "epoch": state.epoch,
                 "steps": state.step,
                 "loss": float(np.mean(epoch_losses)) if epoch_losses else None,
-                "pairs_per_second": len(epoch_losses) * config.batch_size / max(elapsed, 1e-9)
+                "pairs_per_second": len(epoch_losses) * pairs_per_step / max(elapsed, 1e-9)
                 if epoch_losses
                 else None,
             }
             if dev_evaluator is not None:
-                score = float(dev_evaluator(_snapshot(model, tokenizer, info, config)))
+                # evaluated on rank 0; all ranks keep the same best-epoch bookkeeping
+                score = None
+                if main:
+                    score = float(dev_evaluator(_snapshot(model, tokenizer, info, config)))
+                score = distributed.broadcast_object(score)
                 record["dev_score"] = score
                 if state.best_score is None or score > state.best_score:
                     state.best_score, state.best_epoch = score, state.epoch
-                    store.save_best(model.weight, state.epoch, score)
-            log.info("epoch %s", record)
+                    if main:
+                        store.save_best(model.weight, state.epoch, score)
+            if main:
+                log.info("epoch %s", record)
             state.history.append(record)
             state.epoch += 1
             state.position = 0
-            store.save(model.weight, optimizer, state, fingerprint)
+            _save(store, distributed, model, optimizer, state, fingerprint)
 
-        weights = model.weight.detach().cpu()
-        if dev_evaluator is not None and state.best_epoch is not None:
-            weights = store.load_best()
-        summary = _training_summary(info, config, state, negatives_from)
-        bundle_config = _bundle_config(tokenizer, info, config, summary)
-        bundle = save_bundle(output_dir, weights.numpy(), tokenizer.model_proto, bundle_config)
-    if not keep_checkpoint and not stopped_early:
-        store.remove()
-    return TrainResult(bundle=bundle, state=state)
+        bundle = output_dir
+        if distributed.is_distributed:
+            log.info(
+                "rank %d final weights sha256 %s", distributed.rank, tensor_digest(model.weight)
+            )
+        if main:
+            weights = model.weight.detach().cpu()
+            if dev_evaluator is not None and state.best_epoch is not None:
+                weights = store.load_best()
+            summary = _training_summary(info, config, state, negatives_from, distributed)
+            bundle_config = _bundle_config(tokenizer, info, config, summary)
+            bundle = save_bundle(output_dir, weights.numpy(), tokenizer.model_proto, bundle_config)
+            if not keep_checkpoint and not stopped_early:
+                store.remove()
+        distributed.barrier()
+    return TrainResult(bundle=bundle, state=state, rank=distributed.rank)
+
+
+def _shard(mega: PairBatch, distributed: DistributedContext) -> PairBatch:
+    """This rank's contiguous share of a mega-batch taken for all ranks.
+
+    Every rank gets the same number of pairs (so all run the same number of steps); at the end
+    of an epoch the last ``len(mega) % world_size`` pairs (fewer than ``world_size``) are skipped.
+    """
+    if not distributed.is_distributed:
+        return mega
+    size = len(mega) // distributed.world_size
+    start, stop = distributed.rank * size, (distributed.rank + 1) * size
+    return PairBatch(mega.source.slice(start, stop), mega.target.slice(start, stop))
+
+
+def _save(store, distributed, model, optimizer, state, fingerprint) -> None:
+    """Rank 0 writes the checkpoint (the replicas are identical); the others wait for it."""
+    if distributed.is_main:
+        store.save(model.weight, optimizer, state, fingerprint)
+    distributed.barrier()
 
 
 def _bundle_config(tokenizer, info, config, training=None) -> BundleConfig:
@@ -270,9 +323,10 @@ def _bundle_config(tokenizer, info, config, training=None) -> BundleConfig:
     )
 
 
-def _training_summary(info, config, state, negatives_from) -> dict:
+def _training_summary(info, config, state, negatives_from, distributed) -> dict:
     return {
         "config": config.to_dict(),
+        "world_size": distributed.world_size,
         "negatives_from": negatives_from,
         "data": asdict(info),
         "epochs_completed": state.epoch,
