@@ -149,12 +149,63 @@ def peak_rss_mib() -> dict:
     return result
 
 
+def _status_mib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return round(int(line.split()[1]) / 1024)
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS (Linux: ``echo 5 > /proc/self/clear_refs``)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")
+    except OSError:
+        pass
+
+
+STAGE_FUNCTIONS = (
+    "filter_language",
+    "filter_pairs",
+    "deduplicate",
+    "segment_pairs",
+    "shuffle_pairs",
+    "train_sentencepiece_from_pairs",
+    "encode_and_pack",
+)
+
+
+def record_stage_memory(module, memory: dict) -> None:
+    """Wrap the chain's stage functions in ``module`` to record, per stage, the RSS before it
+    and its own peak (VmHWM reset at its start)."""
+    for name in STAGE_FUNCTIONS:
+        original = getattr(module, name)
+
+        def wrapped(*args, _original=original, _name=name, **kwargs):
+            before = _status_mib("VmRSS")
+            _reset_peak_rss()
+            result = _original(*args, **kwargs)
+            memory[_name] = {"rss_before_mib": before, "peak_mib": _status_mib("VmHWM")}
+            return result
+
+        setattr(module, name, wrapped)
+
+
 def child(args: argparse.Namespace) -> int:
+    import ops.prepare
     from ops.langid import LanguageIdentifier
     from ops.moses_zip import read_moses_zip
     from ops.pair_files import PairWriter
     from ops.prepare import prepare_corpus
     from ops.stage_report import StageReport
+
+    stage_memory: dict = {}
+    record_stage_memory(ops.prepare, stage_memory)
 
     work_dir = args.child_work_dir
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -204,6 +255,7 @@ def child(args: argparse.Namespace) -> int:
         "stages": stages,
         "skipped": prepared.skipped,
         "hdf5_mib": round(prepared.training_file.stat().st_size / 2**20, 1),
+        "stage_memory": stage_memory,
         **peak_rss_mib(),
     }
     sys.stdout.write("PREP_RESULT " + json.dumps(record) + "\n")
@@ -293,8 +345,12 @@ def summarize(record: dict) -> dict:
         "slowest_stage_without_spm": slowest,
         "stages": per_stage,
         "hdf5_mib": record["hdf5_mib"],
-        "ru_maxrss_mib": record["ru_maxrss_mib"],
-        "vmhwm_mib": record.get("vmhwm_mib"),
+        # the per-stage VmHWM resets can hide earlier peaks from ru_maxrss: take the larger
+        "ru_maxrss_mib": max(
+            [record["ru_maxrss_mib"]]
+            + [m["peak_mib"] or 0 for m in record.get("stage_memory", {}).values()]
+        ),
+        "stage_memory_mib": record.get("stage_memory", {}),
     }
 
 
