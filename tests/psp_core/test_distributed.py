@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from safetensors.torch import load_file, save_file
 
 from psp_core import load_model
 from psp_core.encoder import MeanEmbeddingEncoder
@@ -46,7 +47,11 @@ def _average_sparse_worker(rank: int, store_file: str, out_dir: str) -> None:
             ids, rows = _case_rows(case, rank)
             averaged_ids, averaged_rows = context.average_sparse(ids, rows)
             results[case] = (averaged_ids, averaged_rows)
-        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+        tensors = {}
+        for case, (averaged_ids, averaged_rows) in results.items():
+            tensors[f"{case}.ids"] = averaged_ids.contiguous()
+            tensors[f"{case}.rows"] = averaged_rows.contiguous()
+        save_file(tensors, os.path.join(out_dir, f"rank{rank}.safetensors"))
     finally:
         dist.destroy_process_group()
 
@@ -56,7 +61,15 @@ def test_average_sparse_is_the_mean_of_the_ranks_dense_gradients(tmp_path):
     mp.spawn(
         _average_sparse_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True
     )
-    per_rank = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    per_rank = []
+    for rank in range(2):
+        tensors = load_file(tmp_path / f"rank{rank}.safetensors")
+        per_rank.append(
+            {
+                case: (tensors[f"{case}.ids"], tensors[f"{case}.rows"])
+                for case in range(len(SPARSE_CASES))
+            }
+        )
     for case, (ids0, ids1) in enumerate(SPARSE_CASES):
         expected = torch.zeros(VOCAB, DIM)
         for rank in range(2):
