@@ -17,16 +17,14 @@ from dagster import (
 from assets.config import TrainingDataConfig
 from assets.metadata import pipeline_funnel_markdown, report_metadata
 from assets.stage import Stage, fingerprint
-from ops.encoding import encode_and_pack
+from ops.encoding import encode_and_pack, packing_tokenizer
 from ops.shuffle import shuffle_pairs
 from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
 from pipelines.resources import ComputeResource, StorageResource
-from psp_core.tokenizer import Tokenizer
 
 CODE_VERSION = "1"
 CHECK = "training_data_has_no_empty_sentences"
-MAX_PIECES = 100  # the paper truncates every sentence to 100 pieces
 _OFFSET_CHUNK = 1 << 20
 
 
@@ -76,13 +74,7 @@ def training_data(
         shuffle = shuffle_pairs(
             pairs.output("pairs"), shuffled, seed=config.seed, work_dir=stage.directory
         )
-        # zh text was segmented upstream: no pre-tokenizer here (the model bundle gets jieba)
-        tokenizer = Tokenizer.from_file(
-            spm.output("model"),
-            pretokenizer="none",
-            max_length=MAX_PIECES,
-            num_threads=compute.threads or 2,
-        )
+        tokenizer = packing_tokenizer(spm.output("model"), num_threads=compute.threads or 2)
         packed = encode_and_pack(
             shuffled,
             tokenizer,

@@ -30,6 +30,35 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ENCODE_BATCH = 32_768
 EMPTY_AFTER_ENCODING = "empty_after_encoding"
+MAX_PIECES = 100  # the paper truncates every sentence to 100 sentencepiece pieces
+
+
+def packing_tokenizer(spm_model: str | Path, *, num_threads: int = 2) -> Tokenizer:
+    """The tokenizer that encodes a deduplicated (so already lowercased, and for zh already
+    jieba-segmented) pair file: no second lowercasing or segmentation on the hot path, the
+    paper's truncation. The model bundle keeps ``lowercase`` and gets ``"jieba"`` for zh,
+    because raw user input is neither."""
+    return Tokenizer.from_file(
+        spm_model,
+        lowercase=False,
+        pretokenizer="none",
+        max_length=MAX_PIECES,
+        num_threads=num_threads,
+    )
+
+
+def training_file_writer(
+    output: str | Path, tokenizer: Tokenizer, *, lang: str, kind: str, seed: int
+) -> TrainingFileWriter:
+    """A :class:`TrainingFileWriter` whose attrs describe ``tokenizer``'s model."""
+    return TrainingFileWriter(
+        output,
+        vocab_size=tokenizer.vocab_size,
+        spm_sha256=tokenizer.sha256,
+        lang=lang,
+        kind=kind,
+        seed=seed,
+    )
 
 
 def encode_and_pack(
@@ -55,14 +84,7 @@ def encode_and_pack(
         batch_size: pairs encoded per sentencepiece call (memory is a few batches).
     """
     report = StageReport("encode_and_pack")
-    with TrainingFileWriter(
-        output,
-        vocab_size=tokenizer.vocab_size,
-        spm_sha256=tokenizer.sha256,
-        lang=lang,
-        kind=kind,
-        seed=seed,
-    ) as writer:
+    with training_file_writer(output, tokenizer, lang=lang, kind=kind, seed=seed) as writer:
         for batch in iter_pair_batches(input, batch_size):
             n = batch.num_rows
             report.n_in += n

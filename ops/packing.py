@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from itertools import islice
 from pathlib import Path
 
+from ops.encoding import training_file_writer
 from psp_core.tokenizer import Tokenizer
-from psp_core.training_file import TrainingFileWriter
 
 
 def pack_pairs(
@@ -25,14 +25,7 @@ def pack_pairs(
     The pairs should already be shuffled (training reads the file in order).
     """
     iterator = iter(pairs)
-    with TrainingFileWriter(
-        output,
-        vocab_size=tokenizer.vocab_size,
-        spm_sha256=tokenizer.sha256,
-        lang=lang,
-        kind=kind,
-        seed=seed,
-    ) as writer:
+    with training_file_writer(output, tokenizer, lang=lang, kind=kind, seed=seed) as writer:
         while chunk := list(islice(iterator, chunk_size)):
             writer.append(
                 tokenizer.encode([p[0] for p in chunk]), tokenizer.encode([p[1] for p in chunk])

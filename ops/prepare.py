@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.dedup import deduplicate
-from ops.encoding import encode_and_pack
+from ops.encoding import encode_and_pack, packing_tokenizer
 from ops.filters import FilterConfig, filter_pairs
 from ops.langid import DEFAULT_THRESHOLD, LanguageIdentifier, filter_language
 from ops.pair_files import pair_file_info
@@ -44,13 +44,11 @@ from ops.sentencepiece_model import train_sentencepiece_from_pairs
 from ops.shuffle import DEFAULT_BUCKET_ROWS, shuffle_pairs
 from ops.stage_report import StageReport
 from ops.text_io import atomic_path
-from psp_core.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
 STAGES = ("langid", "filters", "dedup", "segment", "shuffle", "spm", "pack")
 _EXTENSIONS = {"spm": ".model", "pack": ".h5"}
-MAX_PIECES = 100  # the paper truncates every sentence to 100 sentencepiece pieces
 
 
 def stage_output(work_dir: str | Path, stage: str) -> Path:
@@ -217,11 +215,7 @@ def prepare_corpus(
     )
 
     def pack(out: Path) -> StageReport:
-        # The text was segmented upstream (zh), so no pre-tokenizer here; the inference bundle
-        # gets "jieba" instead, because raw user input is not segmented.
-        tokenizer = Tokenizer.from_file(
-            spm_model, pretokenizer="none", max_length=MAX_PIECES, num_threads=num_threads
-        )
+        tokenizer = packing_tokenizer(spm_model, num_threads=num_threads)
         return encode_and_pack(shuffled, tokenizer, out, lang=lang, kind=kind, seed=seed)
 
     run("pack", [shuffled, spm_model], {"lang": lang, "kind": kind, "seed": seed}, pack)
