@@ -34,7 +34,7 @@ from pipelines.resources import OpusResource, ParaNmtResource, StorageResource
 CODE_VERSION = "1"
 PARANMT_SUFFIXES = (".txt", ".txt.gz", ".tsv", ".tsv.gz", ".zip")
 
-#: Downloads fail for reasons that pass (a mirror's bad minute); ops.download already retries
+#: Downloads fail for reasons that pass (a mirror's bad minute); psp_core.download already retries
 #: each request, this retries the whole stage a few times with growing pauses.
 DOWNLOAD_RETRY_POLICY = RetryPolicy(
     max_retries=3, delay=30, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS

@@ -9,7 +9,7 @@ For each corpus, :func:`fetch_opus_bitext` asks
 ``{api_base}?source=..&target=..&corpus=..&version=..&preprocessing=moses`` for the zip URL
 (unless the zip is already in the cache, when it makes no request at all), downloads it into
 ``cache_dir/opus/{corpus}/{version}/{l1}-{l2}.txt.zip`` (resumable, retried, zip-checked; see
-:mod:`ops.download`) and streams its pairs into one pair file, English side first.
+:mod:`psp_core.download`) and streams its pairs into one pair file, English side first.
 ``download_base`` rewrites the zip URL's scheme and host (and prepends its path), for mirrors,
 air-gapped sites and tests.
 """
@@ -26,10 +26,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from ops.download import DownloadError, download, retrying_session
 from ops.moses_zip import read_moses_zip
 from ops.pair_files import PairWriter
 from ops.stage_report import StageReport
+from psp_core.download import DownloadError, download, retrying_session
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from psp_core.bundle import BundleError, read_config
-from psp_core.evaluation.data import DownloadError
+from psp_core.download import DownloadError
 from psp_core.model import load_model
 from psp_core.training import NonFiniteLossError, TrainConfig, train
 from psp_core.training_file import TrainingFileError

@@ -5,7 +5,8 @@ evaluation directory in the layout of ``shared/data/eval``.
 requests (HTTP 429/5xx, connection errors) through a ``urllib3`` ``Retry`` adapter, resumes an
 interrupted body with an HTTP ``Range`` request, checks the size (and a sha256 when one is
 given), and renames the file into place when complete. A file already in place is a cache hit.
-(``ops/download.py`` has the pipeline's downloader; ``psp_core`` must not import ``ops``.)
+Downloads go through :mod:`psp_core.download` (resume, retry, length check, cache), the same
+downloader the corpus sources in ``ops`` use.
 
 ``prepare_eval_data`` downloads the archives named in :data:`DEFAULT_EVAL_SOURCES` (or a table
 you pass, e.g. pointing at a mirror) and converts them with :mod:`psp_core.evaluation.archives`.
@@ -15,21 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
+from psp_core.download import DownloadError, download, retrying_session
 from psp_core.evaluation import archives
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1 << 16
 STSWIKI = "http://ixa2.si.ehu.es/stswiki/images"
 SEMEVAL17 = "http://alt.qcri.org/semeval2017/task1/data/uploads"
 LASER_TATOEBA = "https://raw.githubusercontent.com/facebookresearch/LASER/main/data/tatoeba/v1"
@@ -38,10 +35,6 @@ TATOEBA_LANGUAGES = (
     "ara", "deu", "spa", "fra", "rus", "tur",
     "ita", "nld", "por", "pol", "ukr", "jpn", "kor", "heb", "hin", "vie", "ell", "bul",
 )  # fmt: skip
-
-
-class DownloadError(RuntimeError):
-    """A download failed after its retries, or its size or checksum is wrong."""
 
 
 @dataclass(frozen=True)
@@ -76,101 +69,22 @@ def _default_sources() -> dict[str, EvalSource]:
 DEFAULT_EVAL_SOURCES: dict[str, EvalSource] = _default_sources()
 
 
-def make_session(retries: int = 5, backoff: float = 0.5) -> requests.Session:
-    """A session that retries connection errors and HTTP 429/500/502/503/504 with backoff."""
-    retry = Retry(
-        total=retries,
-        backoff_factor=backoff,
-        status_forcelist=(429, 500, 502, 503, 504),
-        allowed_methods=frozenset({"GET", "HEAD"}),
-        raise_on_status=False,
-    )
-    session = requests.Session()
-    adapter = HTTPAdapter(max_retries=retry)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
+def _checksum(sha256: str | None):
+    """A ``download(verify=...)`` check of the finished file against ``sha256`` (if given)."""
 
+    def verify(path: Path) -> None:
+        if sha256 is None:
+            return
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != sha256:
+            raise DownloadError(
+                f"{path.name}: sha256 {digest.hexdigest()} does not match the expected {sha256}"
+            )
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK_BYTES), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _expected_total(response: requests.Response, already: int) -> int | None:
-    """Full file size from Content-Range (206) or Content-Length (200), when the server says."""
-    content_range = response.headers.get("Content-Range", "")
-    if response.status_code == 206 and "/" in content_range:
-        total = content_range.rsplit("/", 1)[1]
-        return int(total) if total.isdigit() else None
-    length = response.headers.get("Content-Length")
-    if length is None or not length.isdigit():
-        return None
-    return int(length) + (already if response.status_code == 206 else 0)
-
-
-def download_file(
-    url: str,
-    destination: str | Path,
-    *,
-    sha256: str | None = None,
-    session: requests.Session | None = None,
-    attempts: int = 5,
-    timeout: float = 60.0,
-) -> Path:
-    """Download ``url`` to ``destination`` (resuming ``destination.part``); returns the path.
-
-    An existing ``destination`` is returned untouched (it is only ever created complete).
-    """
-    destination = Path(destination)
-    if destination.is_file():
-        log.info("%s: cached", destination)
-        return destination
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_name(destination.name + ".part")
-    session = session or make_session()
-    total = None
-    for attempt in range(1, attempts + 1):
-        already = partial.stat().st_size if partial.exists() else 0
-        headers = {"Range": f"bytes={already}-"} if already else {}
-        try:
-            with session.get(url, headers=headers, stream=True, timeout=timeout) as response:
-                if response.status_code == 416 and already and total == already:
-                    break  # the partial file already holds everything
-                if response.status_code not in (200, 206):
-                    raise DownloadError(f"{url}: HTTP {response.status_code} ({response.reason})")
-                if response.status_code == 200:
-                    already = 0  # the server ignored the range: start over
-                total = _expected_total(response, already) or total
-                with open(partial, "ab" if already else "wb") as handle:
-                    for block in response.iter_content(CHUNK_BYTES):
-                        handle.write(block)
-            size = partial.stat().st_size
-            if total is not None and size != total:
-                raise DownloadError(f"{url}: got {size} of {total} bytes")
-            break
-        except (
-            requests.ConnectionError,
-            requests.Timeout,
-            requests.exceptions.ChunkedEncodingError,
-            DownloadError,
-        ) as error:
-            http_status_error = isinstance(error, DownloadError) and "HTTP" in str(error)
-            if http_status_error or attempt == attempts:  # 5xx were retried by the adapter
-                raise DownloadError(
-                    f"{url}: download failed after {attempt} attempts: {error}"
-                ) from error
-            log.warning("%s: attempt %d interrupted (%s); resuming", url, attempt, error)
-            time.sleep(min(0.5 * attempt, 5.0))
-    if sha256 is not None and (digest := _sha256(partial)) != sha256:
-        partial.unlink()
-        raise DownloadError(f"{url}: sha256 {digest} does not match the expected {sha256}")
-    os.replace(partial, destination)
-    log.info("%s: downloaded %d bytes", destination, destination.stat().st_size)
-    return destination
+    return verify
 
 
 def fetch_eval_data(
@@ -185,7 +99,7 @@ def fetch_eval_data(
     Files already complete in ``dest`` are skipped; returns ``file name -> path``.
     """
     dest = Path(dest)
-    session = session or make_session()
+    session = session or retrying_session()
     paths = {}
     for name, source in urls.items():
         if Path(name).name != name or name in ("", ".", ".."):
@@ -193,8 +107,8 @@ def fetch_eval_data(
         url, sha256 = (
             (source.url, source.sha256) if isinstance(source, EvalSource) else (source, None)
         )
-        paths[name] = download_file(
-            url, dest / name, sha256=sha256, session=session, attempts=attempts
+        paths[name] = download(
+            url, dest / name, session=session, retries=attempts, verify=_checksum(sha256)
         )
     return paths
 
@@ -217,7 +131,7 @@ def prepare_eval_data(
     cache = Path(cache_dir) if cache_dir else eval_dir / ".downloads"
     wanted = {name: s for name, s in sources.items() if formats is None or s.format in formats}
     failures, downloaded = [], {}
-    session = session or make_session()
+    session = session or retrying_session()
     for name, source in wanted.items():
         try:
             downloaded[name] = fetch_eval_data({name: source}, cache, session=session)[name]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.download import (
+from psp_core.download import (
     DownloadError,
     download,
     partial_path,

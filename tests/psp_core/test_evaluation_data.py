@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from psp_core.download import retrying_session
 from psp_core.evaluation import evaluate_model
 from psp_core.evaluation.archives import convert_sts17, convert_sts_year, convert_stsb
 from psp_core.evaluation.data import (
@@ -21,7 +22,6 @@ from psp_core.evaluation.data import (
     DownloadError,
     EvalSource,
     fetch_eval_data,
-    make_session,
     prepare_eval_data,
 )
 
@@ -109,7 +109,7 @@ def test_server_error_is_retried(server, tmp_path):
     server.files["/x.zip"] = body
     server.plan["/x.zip"] = ["500"]
     paths = fetch_eval_data(
-        {"x.zip": f"{server.url}/x.zip"}, tmp_path, session=make_session(backoff=0)
+        {"x.zip": f"{server.url}/x.zip"}, tmp_path, session=retrying_session(backoff=0)
     )
     assert paths["x.zip"].read_bytes() == body
     assert [path for path, _ in server.requests] == ["/x.zip", "/x.zip"]

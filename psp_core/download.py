@@ -1,4 +1,4 @@
-"""Resumable, verified, cached HTTP downloads of large corpus files.
+"""Resumable, verified, cached HTTP downloads of large files (corpora, evaluation archives).
 
 ``download(url, dest)`` streams the body to ``dest.part`` in 1 MiB chunks (never the whole file
 in memory) and renames it to ``dest`` only once it is complete and checked:
