@@ -180,17 +180,29 @@ STAGE_FUNCTIONS = (
 )
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished children (language-ID workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def record_stage_memory(module, memory: dict) -> None:
-    """Wrap the chain's stage functions in ``module`` to record, per stage, the RSS before it
-    and its own peak (VmHWM reset at its start)."""
+    """Wrap the chain's stage functions in ``module`` to record, per stage, the RSS before it,
+    its own peak (VmHWM reset at its start) and its CPU seconds (worker processes included)."""
     for name in STAGE_FUNCTIONS:
         original = getattr(module, name)
 
         def wrapped(*args, _original=original, _name=name, **kwargs):
             before = _status_mib("VmRSS")
             _reset_peak_rss()
+            cpu = _cpu_seconds()
             result = _original(*args, **kwargs)
-            memory[_name] = {"rss_before_mib": before, "peak_mib": _status_mib("VmHWM")}
+            memory[_name] = {
+                "rss_before_mib": before,
+                "peak_mib": _status_mib("VmHWM"),
+                "cpu_s": round(_cpu_seconds() - cpu, 3),
+            }
             return result
 
         setattr(module, name, wrapped)
@@ -210,7 +222,7 @@ def child(args: argparse.Namespace) -> int:
     work_dir = args.child_work_dir
     work_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    cpu_started = time.process_time()
+    cpu_started = _cpu_seconds()
     read_report = StageReport("read")
     raw = work_dir / "raw.parquet"
     with PairWriter(raw, src_lang="en", tgt_lang=args.lang) as writer:
@@ -251,7 +263,7 @@ def child(args: argparse.Namespace) -> int:
     record = {
         "pairs": n_raw,
         "seconds_total": round(total, 3),
-        "cpu_seconds": round(time.process_time() - cpu_started, 3),
+        "cpu_seconds": round(_cpu_seconds() - cpu_started, 3),
         "stages": stages,
         "skipped": prepared.skipped,
         "hdf5_mib": round(prepared.training_file.stat().st_size / 2**20, 1),
