@@ -111,27 +111,34 @@ def _threshold_for(threshold: float | Mapping[str, float], code: str) -> float:
 
 # worker-process state for ordered_map (set by _init_worker, in a worker or in this process)
 _identifier: LanguageIdentifier | None = None
+_label_index: dict[str, int] = {}
 
 
 def _init_worker(identifier: LanguageIdentifier) -> None:
-    global _identifier
+    global _identifier, _label_index
     _identifier = identifier
+    _label_index = {label: index for index, label in enumerate(sorted(identifier.labels))}
 
 
-def _predict_sides(
-    lines: tuple[list[str], list[str]],
-) -> tuple[tuple[list[str], np.ndarray], tuple[list[str], np.ndarray]]:
+def _identify_column(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``column``: the index of its language in ``sorted(labels)`` and its
+    probability. Each distinct line is predicted once (subtitles repeat short lines a lot)."""
     assert _identifier is not None
-    return _identifier.predict(lines[0]), _identifier.predict(lines[1])
-
-
-def _distinct_lines(column: pa.Array) -> tuple[list[str], np.ndarray]:
-    """Each distinct line once (subtitles repeat short lines a lot) and the row -> line index."""
     if column.null_count:
         column = pc.fill_null(column, "")
     encoded = pc.dictionary_encode(pc.replace_substring(column, "\n", " "))
-    indices = encoded.indices.to_numpy(zero_copy_only=False)
-    return encoded.dictionary.to_pylist(), indices
+    rows = encoded.indices.to_numpy(zero_copy_only=False)
+    codes, probs = _identifier.predict(encoded.dictionary.to_pylist())
+    label_ids = np.fromiter(map(_label_index.__getitem__, codes), np.int16, len(codes))
+    return label_ids[rows], probs[rows]
+
+
+def _identify_sides(
+    columns: tuple[pa.Array, pa.Array],
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Both sides of a batch, in a worker: only the Arrow text goes in and two small arrays per
+    side come out, so the parent's share of the work (and of the 2 cores) stays small."""
+    return _identify_column(columns[0]), _identify_column(columns[1])
 
 
 def filter_language(
@@ -173,30 +180,27 @@ def filter_language(
         "tgt": _threshold_for(threshold, tgt_lang),
     }
     report = StageReport("langid")
+    labels = sorted(identifier.labels)
+    wanted = {side: labels.index(code) for side, code in expected.items()}
     confusions: dict[str, Counter[str]] = {"src": Counter(), "tgt": Counter()}
-
-    def prepared(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, tuple, tuple]:
-        return batch, _distinct_lines(batch.column("src")), _distinct_lines(batch.column("tgt"))
-
-    batches = map(prepared, iter_pair_batches(input, batch_size))
     with PairWriter(output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score) as writer:
-        for (batch, *distinct), predictions in ordered_map(
-            _predict_sides,
-            batches,
-            payload=lambda item: (item[1][0], item[2][0]),
+        for batch, predictions in ordered_map(
+            _identify_sides,
+            iter_pair_batches(input, batch_size),
+            payload=lambda batch: (batch.column("src"), batch.column("tgt")),
             workers=workers,
             initializer=_init_worker,
             initargs=(identifier,),
         ):
             report.n_in += batch.num_rows
             right_language, confident = {}, {}
-            for side, (_, rows), (codes, probs) in zip(
-                ("src", "tgt"), distinct, predictions, strict=True
-            ):
-                row_codes = np.asarray(codes, dtype=object)[rows]
-                right_language[side] = row_codes == expected[side]
-                confident[side] = probs[rows] >= minimum[side]
-                confusions[side].update(row_codes[~right_language[side]].tolist())
+            for side, (label_ids, probs) in zip(("src", "tgt"), predictions, strict=True):
+                right_language[side] = label_ids == wanted[side]
+                confident[side] = probs >= minimum[side]
+                others, counts = np.unique(label_ids[~right_language[side]], return_counts=True)
+                confusions[side].update(
+                    {labels[o]: int(c) for o, c in zip(others, counts, strict=True)}
+                )
             src_wrong = ~right_language["src"]
             tgt_wrong = ~right_language["tgt"] & ~src_wrong
             unsure = ~src_wrong & ~tgt_wrong & ~(confident["src"] & confident["tgt"])
