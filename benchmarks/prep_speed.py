@@ -208,6 +208,41 @@ def record_stage_memory(module, memory: dict) -> None:
         setattr(module, name, wrapped)
 
 
+def library_floor(work_dir: Path, n_pairs: int = 16_384, repeats: int = 3) -> dict:
+    """CPU seconds per pair of the two libraries the chain cannot do without, on one core:
+    fastText ``predict`` on both raw sides, sentencepiece ``Encode`` (1 thread) on both
+    deduplicated sides; best of ``repeats``. With 2 cores, ``2 / (their sum)`` is the most
+    pairs per second any chain built on them can reach on this machine, at this moment."""
+    from ops.encoding import packing_tokenizer
+    from ops.langid import LanguageIdentifier
+    from ops.pair_files import iter_pair_batches
+
+    raw = next(iter_pair_batches(work_dir / "raw.parquet", n_pairs))
+    lowered = next(iter_pair_batches(work_dir / "shuffle.parquet", n_pairs))
+    identifier = LanguageIdentifier()
+    tokenizer = packing_tokenizer(work_dir / "spm.model", num_threads=1)
+    raw_lines = raw.column("src").to_pylist() + raw.column("tgt").to_pylist()
+    sentences = lowered.column("src").to_pylist() + lowered.column("tgt").to_pylist()
+
+    def best(function, lines: list[str]) -> float:
+        timings = []
+        for _ in range(repeats):
+            started = time.process_time()
+            function(lines)
+            timings.append(time.process_time() - started)
+        return min(timings) / (len(lines) / 2) * 1e6
+
+    fasttext_us = best(identifier.predict, raw_lines)
+    sentencepiece_us = best(
+        lambda lines: tokenizer.processor.Encode(lines, out_type=int, num_threads=1), sentences
+    )
+    return {
+        "fasttext_us_per_pair": round(fasttext_us, 2),
+        "sentencepiece_us_per_pair": round(sentencepiece_us, 2),
+        "ceiling_pairs_per_s_2_cores": round(2 / (fasttext_us + sentencepiece_us) * 1e6),
+    }
+
+
 def child(args: argparse.Namespace) -> int:
     import ops.prepare
     from ops.langid import LanguageIdentifier
@@ -269,6 +304,7 @@ def child(args: argparse.Namespace) -> int:
         "hdf5_mib": round(prepared.training_file.stat().st_size / 2**20, 1),
         "stage_memory": stage_memory,
         **peak_rss_mib(),
+        "library_floor": library_floor(work_dir),
     }
     sys.stdout.write("PREP_RESULT " + json.dumps(record) + "\n")
     return 0
@@ -363,6 +399,8 @@ def summarize(record: dict) -> dict:
             + [m["peak_mib"] or 0 for m in record.get("stage_memory", {}).values()]
         ),
         "stage_memory_mib": record.get("stage_memory", {}),
+        # measured after the chain, in the same process: see library_floor
+        "library_floor": record["library_floor"],
     }
 
 
