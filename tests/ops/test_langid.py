@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ops.langid import LanguageIdentifier, filter_language, lid_language
+from ops.langid import LanguageIdentifier, _check_binding, filter_language, lid_language
 from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs
 from ops.text_io import read_aligned
 from tests.conftest import require_shared_data
@@ -63,6 +63,16 @@ def test_identifier_pickles_by_path(identifier: LanguageIdentifier) -> None:
     clone.__setstate__(state)
     assert clone.model_path == identifier.model_path
     assert clone.predict(DE)[0] == ["de", "de", "de"]
+
+
+def test_a_foreign_fasttext_binding_is_a_clear_error() -> None:
+    # fasttext-predict's module has the same name; its batch predict returns one tuple per line
+    class PredictOnlyBuild:
+        def predict(self, lines, k=1):
+            return [(("__label__en",), (0.9,)) for _ in lines]
+
+    with pytest.raises(RuntimeError, match="force-reinstall --no-deps fasttext-numpy2"):
+        _check_binding(PredictOnlyBuild())
 
 
 def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
