@@ -3,11 +3,11 @@
 An OPUS moses zip for the pair ``l1-l2`` (codes sorted alphabetically, e.g. ``de-en``,
 ``en-zh_cn``) holds ``{Corpus}.{l1}-{l2}.{l1}`` and ``{Corpus}.{l1}-{l2}.{l2}`` plus README,
 LICENSE and ``.ids``/``.xml`` files, which are ignored. Both sides are read in blocks of whole
-byte lines, decoded and split a block at a time, and paired line by line in batches. One bad
-line is a counted skip rather than a failed corpus: a pair is skipped as ``empty`` when either
-side is blank and as ``undecodable`` when either side is not valid UTF-8. Nothing is ever
-written from a zip, and a zip whose member names are absolute or climb out with ``..`` is
-refused outright.
+byte lines, split, checked and cleaned a block at a time into Arrow string arrays, and paired
+line by line in batches. One bad line is a counted skip rather than a failed corpus: a pair is
+skipped as ``empty`` when either side is blank and as ``undecodable`` when either side is not
+valid UTF-8. Nothing is ever written from a zip, and a zip whose member names are absolute or
+climb out with ``..`` is refused outright.
 """
 
 from __future__ import annotations
@@ -17,12 +17,18 @@ import queue
 import re
 import threading
 import zipfile
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, suppress
+from dataclasses import dataclass
 from itertools import compress, islice
 from operator import not_
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ops.stage_report import StageReport
 
@@ -32,7 +38,14 @@ log = logging.getLogger(__name__)
 READ_BLOCK = 1 << 20
 #: Line pairs per batch handed to callers (about one pair-file write each).
 BATCH_PAIRS = 65_536
-_CRS_BEFORE_NEWLINE = re.compile("\r+\n")
+#: First bytes of the UTF-8 encodings of every character ``str.isspace`` accepts, so of every
+#: non-empty blank line (tests check this against all of Unicode).
+WHITESPACE_LEAD_BYTES = bytes([*range(0x09, 0x0E), *range(0x1C, 0x21), 0xC2, 0xE1, 0xE2, 0xE3])
+_MAY_START_BLANK = np.zeros(256, dtype=bool)
+_MAY_START_BLANK[list(WHITESPACE_LEAD_BYTES)] = True
+# "\r\r*" rather than "\r+": a leading literal lets the regex engine skip to each "\r" (5-20x)
+_CRS_BEFORE_NEWLINE = re.compile(rb"\r\r*\n")
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # what decoding with surrogateescape makes of one
 
 
 class UnsafeZipError(ValueError):
@@ -99,12 +112,12 @@ def aligned_pairs(
     """Yield cleaned ``(left, right)`` text pairs from two line-aligned byte-line streams.
 
     A pair-at-a-time view of :func:`aligned_batches`: the same cleaning, counts and errors.
-    Corpus-sized readers should take the batches, which never build a tuple per pair.
+    Corpus-sized readers should take the batches, which never build a Python string per line.
     """
     for sources, targets in aligned_batches(
         left, right, report, left_name=left_name, right_name=right_name
     ):
-        yield from zip(sources, targets, strict=True)
+        yield from zip(sources.to_pylist(), targets.to_pylist(), strict=True)
 
 
 def aligned_batches(
@@ -116,15 +129,16 @@ def aligned_batches(
     right_name: str,
     batch_size: int = BATCH_PAIRS,
     block_size: int = READ_BLOCK,
-) -> Iterator[tuple[list[str], list[str]]]:
-    """Yield cleaned ``(left_lines, right_lines)`` batches from two line-aligned byte streams.
+) -> Iterator[tuple[pa.StringArray, pa.StringArray]]:
+    r"""Yield cleaned ``(left_lines, right_lines)`` Arrow string arrays from two aligned streams.
 
     ``left``/``right`` are binary streams (zip members, gzip or plain files: anything with
     ``read(n)``), read ``block_size`` bytes at a time, or any other iterable of byte lines (one
     item per line). Lines are what iterating a binary file yields (split after ``b"\n"``; a
-    last line without one still counts), cleaned as :func:`clean_line` cleans them. Whole
-    blocks are decoded and split at once, which is what makes this ~4x cheaper than a Python
-    loop per line; the two sides are paired line by line however their blocks fall.
+    last line without one still counts), cleaned as :func:`clean_line` cleans them. A block of
+    lines is split, checked and cleaned as a whole, in C (see :func:`_block_lines`), and never
+    becomes Python strings: :class:`ops.pair_files.PairWriter` writes the arrays as they are,
+    and ``to_pylist()`` gives strings to whoever wants them.
 
     Every line pair counts in ``report.n_in``; a pair is skipped (``report.drop``) as
     ``undecodable`` when either side is not UTF-8, else as ``empty`` when either side is blank
@@ -134,7 +148,8 @@ def aligned_batches(
 
     Raises:
         ValueError: the streams have different numbers of lines, naming both and the line
-            where the shorter one ends (after every pair before it has been yielded).
+            where the shorter one ends (after every pair before it has been yielded); or a
+            line is over 2 GiB (more than one Arrow string array holds).
     """
     with ExitStack() as readers:
         sides = (
@@ -144,14 +159,13 @@ def aligned_batches(
         while True:
             for side in sides:
                 side.fill(batch_size)
-            count = min(batch_size, len(sides[0].lines), len(sides[1].lines))
+            count = min(batch_size, sides[0].count, sides[1].count)
             if count:
-                (sources, left_bad), (targets, right_bad) = (side.take(count) for side in sides)
-                sources, targets = _drop_skipped(sources, targets, left_bad | right_bad, report)
-                if sources:
+                sources, targets = _drop_skipped(sides[0].take(count), sides[1].take(count), report)
+                if len(sources):
                     yield sources, targets
-            elif sides[0].lines or sides[1].lines:
-                shorter, name = (sides[1], right_name) if sides[0].lines else (sides[0], left_name)
+            elif sides[0].count or sides[1].count:
+                shorter, name = (sides[1], right_name) if sides[0].count else (sides[0], left_name)
                 raise ValueError(
                     f"{left_name} and {right_name} are not line-aligned: {name} ends after line "
                     f"{shorter.taken} while the other side goes on"
@@ -160,81 +174,140 @@ def aligned_batches(
                 return
 
 
+@dataclass
+class _Lines:
+    """Consecutive cleaned lines of one side, and which of them are skipped and why.
+
+    Attributes:
+        text: the lines; an undecodable line is held as ``""``.
+        undecodable: indices (into ``text``) of the lines that are not UTF-8.
+        blank: indices of the lines that are empty or whitespace only (``str.strip``).
+    """
+
+    text: pa.StringArray
+    undecodable: set[int]
+    blank: set[int]
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def split(self, count: int) -> tuple[_Lines, _Lines]:
+        """The first ``count`` lines and the rest."""
+        head = _Lines(
+            self.text.slice(0, count),
+            {i for i in self.undecodable if i < count},
+            {i for i in self.blank if i < count},
+        )
+        rest = _Lines(
+            self.text.slice(count),
+            {i - count for i in self.undecodable if i >= count},
+            {i - count for i in self.blank if i >= count},
+        )
+        return head, rest
+
+    @staticmethod
+    def concat(parts: list[_Lines]) -> _Lines:
+        """The parts one after the other, in one array."""
+        if len(parts) == 1:
+            return parts[0]
+        undecodable: set[int] = set()
+        blank: set[int] = set()
+        start = 0
+        for part in parts:
+            undecodable.update(start + i for i in part.undecodable)
+            blank.update(start + i for i in part.blank)
+            start += len(part)
+        return _Lines(pa.concat_arrays([part.text for part in parts]), undecodable, blank)
+
+
 class _PendingLines:
     """One side's cleaned lines not yet paired, pulled a block at a time as pairing needs.
 
     The sides' blocks end at different lines, so each side keeps what it has read past the
-    other. Undecodable lines are held as ``""`` with their numbers kept aside, so the blank
-    check can run over plain strings and still tell the two skips apart.
+    other, and hands out exactly as many lines as the other side does.
     """
 
-    def __init__(self, blocks: Iterator[tuple[list[str], set[int]]]) -> None:
+    def __init__(self, blocks: Iterator[_Lines]) -> None:
         self._blocks = blocks
         self._done = False
-        self._bad: list[int] = []  # 0-based numbers of the undecodable lines still pending
-        self.lines: list[str] = []
+        self._pending: deque[_Lines] = deque()
+        self.count = 0  # lines pending
         self.taken = 0  # lines handed out so far
 
     def fill(self, count: int) -> None:
         """Read blocks until ``count`` lines are pending or the stream is done."""
-        while len(self.lines) < count and not self._done:
+        while self.count < count and not self._done:
             block = next(self._blocks, None)
             if block is None:
                 self._done = True
-                return
-            lines, bad = block
-            first = self.taken + len(self.lines)
-            self._bad.extend(sorted(first + index for index in bad))
-            if self.lines:
-                self.lines.extend(lines)
             else:
-                self.lines = lines
+                self._pending.append(block)
+                self.count += len(block)
 
-    def take(self, count: int) -> tuple[list[str], set[int]]:
-        """The next ``count`` lines and the indices (within them) of the undecodable ones."""
-        if count == len(self.lines):
-            lines, self.lines = self.lines, []
-        else:
-            lines = self.lines[:count]
-            del self.lines[:count]
-        end = self.taken + count
-        bad = {number - self.taken for number in self._bad if number < end}
-        if bad:
-            self._bad = [number for number in self._bad if number >= end]
-        self.taken = end
-        return lines, bad
+    def take(self, count: int) -> _Lines:
+        """The next ``count`` lines (at most :attr:`count`)."""
+        parts = []
+        needed = count
+        while needed:
+            if len(self._pending[0]) <= needed:
+                parts.append(self._pending.popleft())
+                needed -= len(parts[-1])
+            else:
+                head, self._pending[0] = self._pending[0].split(needed)
+                parts.append(head)
+                needed = 0
+        self.count -= count
+        self.taken += count
+        return _Lines.concat(parts)
 
 
-def _line_blocks(
-    source: Iterable[bytes], block_size: int, readers: ExitStack
-) -> Iterator[tuple[list[str], set[int]]]:
-    """Cleaned lines block by block, with the indices of the undecodable ones (held as ``""``).
+def _drop_skipped(
+    left: _Lines, right: _Lines, report: StageReport
+) -> tuple[pa.StringArray, pa.StringArray]:
+    """Count the line pairs, drop those with an undecodable or blank side, return the rest.
+
+    An undecodable side wins over a blank one (it is held as ``""``, so it is blank as well).
+    """
+    report.n_in += len(left)
+    undecodable = left.undecodable | right.undecodable
+    skipped = undecodable | left.blank | right.blank
+    report.drop("undecodable", len(undecodable))
+    report.drop("empty", len(skipped) - len(undecodable))
+    if not skipped:
+        return left.text, right.text
+    keep = np.ones(len(left), dtype=bool)
+    keep[list(skipped)] = False
+    mask = pa.array(keep)
+    return left.text.filter(mask), right.text.filter(mask)
+
+
+def _line_blocks(source: Iterable[bytes], block_size: int, readers: ExitStack) -> Iterator[_Lines]:
+    """Cleaned lines block by block.
 
     A binary stream is read ahead on a thread (see :class:`_ReadAhead`, closed by ``readers``)
-    in blocks of ``block_size``; any other iterable is taken as byte lines, one item per line,
+    in chunks of ``block_size``; any other iterable is taken as byte lines, one item per line,
     and cleaned one by one (the old contract of :func:`aligned_pairs`, kept for it).
     """
     if hasattr(source, "read"):
         chunks = readers.enter_context(_ReadAhead(source, block_size))
-        yield from map(_decode_lines, _whole_line_blocks(chunks))
+        yield from map(_block_lines, _whole_line_blocks(chunks))
         return
     items = iter(source)
     while chunk := list(islice(items, BATCH_PAIRS)):
         cleaned = [clean_line(item) for item in chunk]
-        yield (
-            [text or "" for text in cleaned],
-            {index for index, text in enumerate(cleaned) if text is None},
-        )
+        texts = [text or "" for text in cleaned]
+        undecodable = {index for index, text in enumerate(cleaned) if text is None}
+        yield _Lines(pa.array(texts, pa.string()), undecodable, _blank_indices(texts))
 
 
 class _ReadAhead:
     """A binary stream's ``read(block_size)`` chunks, read on a thread a few chunks ahead.
 
-    Inflating a zip member or a gzip file is about half the cost of reading a corpus, and zlib
-    releases the GIL while it works, so both sides inflate beside the decoding and splitting
-    done on the caller's thread. Iterating gives the chunks in order and re-raises what a read
-    raised (a CRC error, a truncated member); :meth:`close` stops and joins the thread, so it
-    never touches the stream after the caller has closed it.
+    Inflating a zip member or a gzip file is the largest cost of reading one, and zlib releases
+    the GIL while it works, so both sides inflate beside the splitting and writing done on the
+    caller's thread. Iterating gives the chunks in order and re-raises what a read raised (a CRC
+    error, a truncated member); :meth:`close` stops and joins the thread, so it never touches
+    the stream after the caller has closed it.
     """
 
     DEPTH = 2  # chunks waiting at most, per stream
@@ -280,7 +353,7 @@ class _ReadAhead:
 
 
 def _whole_line_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The chunks regrouped into blocks of whole lines, each ending in ``b"\n"``.
+    r"""The chunks regrouped into blocks of whole lines, each ending in ``b"\n"``.
 
     Each chunk is cut after its last newline and the rest carried into the next block, so no
     line (nor a multi-byte character) is ever split between blocks. A last line without a
@@ -298,65 +371,85 @@ def _whole_line_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield b"".join([*carry, b"\n"])
 
 
-def _decode_lines(block: bytes) -> tuple[list[str], set[int]]:
-    """The cleaned lines of a whole-line block and the indices of its undecodable lines.
+def _block_lines(block: bytes) -> _Lines:
+    r"""The cleaned lines of a block of whole lines, as :func:`clean_line` cleans each line.
 
-    Same result as :func:`clean_line` on every line: a newline is ASCII and never inside a
-    UTF-8 sequence, so the block decodes exactly when each line does, and stripping the
-    ``"\r"`` run before each newline is ``rstrip("\r\n")`` of that line.
+    Carriage returns are cleaned on the bytes: ``\r`` is ASCII and never part of a multi-byte
+    character, so stripping the run before each newline and turning the others into spaces is
+    ``rstrip("\r\n")`` and ``replace("\r", " ")`` of each decoded line, and leaves a line
+    exactly as (in)valid UTF-8 as it was. The lines then become one Arrow array over the
+    block's own bytes, without a Python string per line; Arrow checks it is UTF-8 (strictly,
+    as Python decodes), and only a block that is not is decoded in Python, to find the lines
+    to blank out.
     """
+    if b"\r" in block:
+        block = _CRS_BEFORE_NEWLINE.sub(b"\n", block).replace(b"\r", b" ")
+    lines, offsets, text = _split_block(block)
+    undecodable: set[int] = set()
     try:
-        text, bad = block.decode("utf-8"), set()
-    except UnicodeDecodeError:
-        text, bad = _decode_around_errors(block)
-    if "\r" in text:
-        text = _CRS_BEFORE_NEWLINE.sub("\n", text).replace("\r", " ")
-    lines = text.split("\n")
-    lines.pop()  # the block ends in a newline: nothing after it
-    return lines, bad
+        lines.validate(full=True)
+    except pa.ArrowInvalid:
+        undecodable = _undecodable_lines(block)
+        keep = np.ones(len(lines), dtype=bool)
+        keep[list(undecodable)] = False
+        lines = pc.if_else(pa.array(keep), lines, "")
+        lines.validate(full=True)  # had Python and Arrow disagreed, this fails rather than pass
+    return _Lines(lines, undecodable, _blank_lines(lines, offsets, text))
 
 
-def _decode_around_errors(block: bytes) -> tuple[str, set[int]]:
-    """Decode a whole-line block holding invalid UTF-8: each bad line becomes ``""``.
+def _split_block(block: bytes) -> tuple[pa.StringArray, np.ndarray, bytes]:
+    """The lines of a block as a (not yet validated) Arrow array, its offsets and its bytes.
 
-    A failed decode names the first bad byte; its line is blanked and decoding resumes after
-    it, so a block costs one decode attempt per bad line rather than a loop over all lines.
-    Returns the text and the indices of the bad lines.
+    The newlines are dropped from the bytes, so line ``i`` ends where its newline was, less
+    ``i``; the array is a view of those bytes, with no copy per line.
+
+    Raises:
+        ValueError: a line longer than an Arrow string array can hold (2 GiB).
     """
-    view = memoryview(block)
-    pieces: list[str] = []
+    if len(block) >= 2**31:
+        raise ValueError(f"a line of {len(block):,} bytes: no line-aligned text has lines of 2 GiB")
+    newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n"))
+    text = block.replace(b"\n", b"")
+    offsets = np.zeros(len(newlines) + 1, dtype=np.int32)
+    offsets[1:] = newlines - np.arange(len(newlines))
+    lines = pa.StringArray.from_buffers(len(newlines), pa.py_buffer(offsets), pa.py_buffer(text))
+    return lines, offsets, text
+
+
+def _undecodable_lines(block: bytes) -> set[int]:
+    """Indices of the lines of a block of whole lines that are not UTF-8.
+
+    Decoding with ``surrogateescape`` turns each byte that strict decoding rejects into a lone
+    surrogate (U+DC80..U+DCFF), which valid UTF-8 never yields, so the lines holding one are
+    exactly those ``bytes.decode`` refuses. One pass, however many bad lines there are.
+    """
+    text = block.decode("utf-8", "surrogateescape")
     bad: set[int] = set()
-    position = line = 0
-    while True:
-        try:
-            pieces.append(str(view[position:], "utf-8"))
-            return "".join(pieces), bad
-        except UnicodeDecodeError as error:
-            first_bad = position + error.start
-        line_start = max(block.rfind(b"\n", position, first_bad) + 1, position)
-        pieces.append(str(view[position:line_start], "utf-8"))
-        line += block.count(b"\n", position, line_start)
+    line = position = 0
+    for match in _ESCAPED_BYTE.finditer(text):
+        line += text.count("\n", position, match.start())
+        position = match.start()
         bad.add(line)
-        pieces.append("\n")
-        line += 1
-        position = block.index(b"\n", first_bad) + 1
+    return bad
 
 
-def _drop_skipped(
-    sources: list[str], targets: list[str], undecodable: set[int], report: StageReport
-) -> tuple[list[str], list[str]]:
-    """Count the line pairs, drop those with an undecodable or blank side, return the rest."""
-    report.n_in += len(sources)
-    blank = _blank_indices(sources) | _blank_indices(targets)
-    report.drop("undecodable", len(undecodable))
-    report.drop("empty", len(blank - undecodable))
-    skipped = undecodable | blank
-    if not skipped:
-        return sources, targets
-    keep = bytearray(b"\x01") * len(sources)
-    for index in skipped:
-        keep[index] = 0
-    return list(compress(sources, keep)), list(compress(targets, keep))
+def _blank_lines(lines: pa.StringArray, offsets: np.ndarray, text: bytes) -> set[int]:
+    """Indices of the blank lines (``str.strip`` semantics) of a block's array.
+
+    A blank line is empty or starts with a whitespace character, whose first byte is one of
+    :data:`WHITESPACE_LEAD_BYTES` (looked up in ``text``, the block's lines end to end, at
+    ``offsets``); only those few candidates become Python strings, checked with ``str.strip``.
+    """
+    starts = offsets[:-1]
+    candidates = starts == offsets[1:]
+    if text:
+        first_bytes = np.frombuffer(text, dtype=np.uint8)[np.minimum(starts, len(text) - 1)]
+        candidates |= _MAY_START_BLANK[first_bytes]
+    indices = np.flatnonzero(candidates)
+    if not len(indices):
+        return set()
+    texts = lines.take(pa.array(indices)).to_pylist()
+    return {index for index, line in zip(indices.tolist(), texts, strict=True) if not line.strip()}
 
 
 def _blank_indices(lines: list[str]) -> set[int]:
@@ -378,7 +471,7 @@ def read_moses_zip(
     for sources, targets in read_moses_zip_batches(
         zip_path, corpus=corpus, src_lang=src_lang, tgt_lang=tgt_lang, report=report
     ):
-        yield from zip(sources, targets, strict=True)
+        yield from zip(sources.to_pylist(), targets.to_pylist(), strict=True)
 
 
 def read_moses_zip_batches(
@@ -389,12 +482,12 @@ def read_moses_zip_batches(
     tgt_lang: str,
     report: StageReport,
     batch_size: int = BATCH_PAIRS,
-) -> Iterator[tuple[list[str], list[str]]]:
-    """Stream ``(src_lines, tgt_lines)`` batches from an OPUS moses zip, in the caller's order.
+) -> Iterator[tuple[pa.StringArray, pa.StringArray]]:
+    """Stream ``(src_lines, tgt_lines)`` Arrow batches from an OPUS moses zip, in your order.
 
     ``src_lang``/``tgt_lang`` are the codes as OPUS spells them (``en``, ``zh_cn``); the zip's
     pair name is the two sorted alphabetically, and the sides are swapped as needed so the first
-    list of each batch is always ``src_lang``. Skips are counted in ``report`` (see
+    array of each batch is always ``src_lang``. Skips are counted in ``report`` (see
     :func:`aligned_batches`, also for ``batch_size``).
 
     Raises:

@@ -9,13 +9,17 @@ boundary.
 from __future__ import annotations
 
 import io
+import itertools
 import random
+import sys
 import threading
 from itertools import zip_longest
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
-from ops.moses_zip import aligned_batches, aligned_pairs
+from ops.moses_zip import WHITESPACE_LEAD_BYTES, aligned_batches, aligned_pairs
 from ops.stage_report import StageReport
 
 Outcome = tuple[list[tuple[str, str]], int, dict[str, int], str | None]
@@ -81,9 +85,10 @@ def batched(left, right, *, block_size: int, batch_size: int = 65_536) -> tuple[
             batch_size=batch_size,
             block_size=block_size,
         ):
+            assert isinstance(sources, pa.StringArray) and isinstance(targets, pa.StringArray)
             assert len(sources) == len(targets)
             lengths.append(len(sources))
-            pairs.extend(zip(sources, targets, strict=True))
+            pairs.extend(zip(sources.to_pylist(), targets.to_pylist(), strict=True))
     except ValueError as caught:
         error = str(caught)
     return (pairs, report.n_in, dict(report.dropped), error), lengths
@@ -109,6 +114,7 @@ CASES = {
     "invalid-utf8-either-side": (b"ok\n\xff\ncaf\xe9\nfine\n", b"\xc3\nja\nja\n\xed\xa0\x80\n"),
     "invalid-and-blank-same-pair": (b"\xff\n\n", b"\n\xc0\xaf\n"),
     "multibyte-everywhere": ("äöü\n中文字\n😀 x\n".encode(), "ß\n日本\n🙂\n".encode()),
+    "multibyte-cut-by-a-newline": (b"a\xc3\n\xa4b\nok\n", b"x\ny\nz\n"),
     "no-trailing-newline-left": (b"a\nb", b"x\ny\n"),
     "no-trailing-newline-right": (b"a\nb\n", b"x\ny"),
     "only-last-line-cr": (b"a\r", b"b\r\r"),
@@ -245,7 +251,9 @@ def test_stopping_early_stops_the_read_ahead_threads() -> None:
     batches = aligned_batches(
         left, right, StageReport("r"), left_name="L", right_name="R", batch_size=10, block_size=64
     )
-    assert next(batches) == ([f"line {i}" for i in range(10)], [f"zeile {i}" for i in range(10)])
+    sources, targets = next(batches)
+    assert sources.to_pylist() == [f"line {i}" for i in range(10)]
+    assert targets.to_pylist() == [f"zeile {i}" for i in range(10)]
     batches.close()
     assert read_ahead_threads() == []
     reads = left.reads, right.reads
@@ -283,3 +291,59 @@ def test_a_failing_read_is_raised_to_the_reader() -> None:
             )  # fmt: skip
         )
     assert read_ahead_threads() == []
+
+
+WHITESPACE = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+
+
+def test_whitespace_lead_bytes_cover_every_whitespace_character() -> None:
+    # the blank check only looks closer at lines starting with one of these bytes
+    assert set(WHITESPACE_LEAD_BYTES) == {char.encode()[0] for char in WHITESPACE}
+
+
+def test_every_whitespace_character_is_blank_alone_and_not_beside_text() -> None:
+    # "\n" would split the line, so it stands in as the space it is read as anyway
+    lines = [line for c in WHITESPACE for line in (c, c * 3, c + "x", "x" + c, f"{c}x{c}")]
+    left = "".join(line.replace("\n", " ") + "\n" for line in lines).encode()
+    pairs, n_in, dropped, _ = check(left, b"ok\n" * len(lines), block_size=1 << 20)
+    assert (n_in, len(pairs), dropped) == (
+        len(lines),
+        3 * len(WHITESPACE),
+        {"empty": 2 * len(WHITESPACE)},
+    )
+
+
+def arrow_accepts(data: bytes) -> bool:
+    """Whether the check the reader relies on (a full validation) accepts ``data`` as a string."""
+    offsets = np.array([0, len(data)], dtype=np.int32)
+    try:
+        pa.StringArray.from_buffers(1, pa.py_buffer(offsets), pa.py_buffer(data)).validate(
+            full=True
+        )
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def python_accepts(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_arrow_validates_utf8_exactly_as_python_decodes() -> None:
+    # a block that Arrow accepts is never decoded by Python, so Arrow must be as strict:
+    # sequences of up to 3 bytes from every byte class (both ends), and 4-byte ones
+    edges = [0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF]
+    edges += [0xE0, 0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]
+    tails = [0x41, 0x80, 0x8F, 0x90, 0xBF, 0xC0]
+    sequences = [bytes(s) for n in (1, 2, 3) for s in itertools.product(edges, repeat=n)]
+    sequences += [
+        bytes([lead, *s]) for lead in (0xF0, 0xF1, 0xF4) for s in itertools.product(tails, repeat=3)
+    ]
+    verdicts = [(python_accepts(s), arrow_accepts(b"x" + s + b"y")) for s in sequences]
+    assert [s for s, (py, arrow) in zip(sequences, verdicts, strict=True) if py != arrow] == []
+    valid = sum(py for py, _ in verdicts)
+    assert valid > 400 and len(verdicts) - valid > 10_000  # both verdicts, many times
