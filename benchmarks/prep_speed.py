@@ -212,7 +212,7 @@ def child(args: argparse.Namespace) -> int:
     import ops.prepare
     from ops.langid import LanguageIdentifier
     from ops.moses_zip import read_moses_zip_batches
-    from ops.pair_files import PairWriter
+    from ops.pair_files import PairWriter, write_batches
     from ops.prepare import prepare_corpus
     from ops.stage_report import StageReport
 
@@ -233,8 +233,7 @@ def child(args: argparse.Namespace) -> int:
             tgt_lang=args.lang,
             report=read_report,
         )
-        for english, other in batches:
-            writer.write(english, other)
+        write_batches(writer, batches)
         n_raw = writer.n_pairs
     read_seconds = time.perf_counter() - started
     identifier = LanguageIdentifier()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from ops.moses_zip import aligned_batches
-from ops.pair_files import PairWriter
+from ops.pair_files import PairWriter, write_batches
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,6 @@ def import_local_bitext(directory: str | Path, *, lang: str, output: str | Path)
                 batches = aligned_batches(
                     english, other, report, left_name=str(english_path), right_name=str(other_path)
                 )
-                for english_lines, other_lines in batches:
-                    report.n_out += len(english_lines)
-                    writer.write(english_lines, other_lines)
+                write_batches(writer, batches)
+        report.n_out = writer.n_pairs
     return report.finish()

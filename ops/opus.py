@@ -19,15 +19,16 @@ from __future__ import annotations
 import logging
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import pyarrow as pa
 import requests
 
 from ops.moses_zip import read_moses_zip_batches
-from ops.pair_files import PairWriter
+from ops.pair_files import PairWriter, write_batches
 from ops.stage_report import StageReport
 from psp_core.download import DownloadError, download, retrying_session
 
@@ -276,24 +277,27 @@ def fetch_opus_bitext(
 def _copy_capped(
     zip_path: Path, corpus: OpusCorpus, lang: str, part: StageReport, writer: PairWriter
 ) -> None:
-    """Append the corpus's pairs (English first) to ``writer``, keeping at most its cap.
-
-    Batches past the cap are still read (and checked) to the end of the zip; their pairs count
-    as ``capped``, the kept part of the batch that reaches the cap is cut off there.
-    """
+    """Append the corpus's pairs (English first) to ``writer``, keeping at most its cap."""
     batches = read_moses_zip_batches(
         zip_path, corpus=corpus.name, src_lang="en", tgt_lang=corpus.opus_code(lang), report=part
     )
+    write_batches(writer, _capped(batches, corpus.cap, part))
+
+
+def _capped(
+    batches: Iterable[tuple[pa.StringArray, pa.StringArray]], cap: int | None, part: StageReport
+) -> Iterator[tuple[pa.StringArray, pa.StringArray]]:
+    """The batches cut at ``cap`` kept pairs in all (counted in ``part.n_out``).
+
+    Batches past the cap are still read (and checked) to the end of the zip, their pairs
+    counted as ``capped``; the batch that reaches the cap is cut there.
+    """
     for english, other in batches:
-        keep = len(english)
-        if corpus.cap is not None:
-            keep = max(0, min(keep, corpus.cap - part.n_out))
-            part.drop("capped", len(english) - keep)
+        keep = len(english) if cap is None else max(0, min(len(english), cap - part.n_out))
+        part.drop("capped", len(english) - keep)
         if keep:
             part.n_out += keep
-            if keep < len(english):
-                english, other = english[:keep], other[:keep]
-            writer.write(english, other)
+            yield english[:keep], other[:keep]
 
 
 @dataclass
