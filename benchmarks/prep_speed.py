@@ -7,10 +7,10 @@ every copy after the first has the words of each side shuffled (seeded), so the 
 distinct and deduplication has real work instead of collapsing the corpus back to 95k pairs;
 short sentences (few word orders) still give some duplicates.
 
-Each size then runs in a fresh child process (so its peak RSS is its own): ``read_moses_zip``
-into the raw pair file, then :func:`ops.prepare.prepare_corpus` (langid -> filters -> dedup ->
-shuffle -> sentencepiece -> encode+pack). The child reports every stage's seconds and counts,
-``ru_maxrss`` and ``VmHWM``.
+Each size then runs in a fresh child process (so its peak RSS is its own):
+``read_moses_zip_batches`` into the raw pair file, then :func:`ops.prepare.prepare_corpus`
+(langid -> filters -> dedup -> shuffle -> sentencepiece -> encode+pack). The child reports every
+stage's seconds and counts, ``ru_maxrss`` and ``VmHWM``.
 
 Sentencepiece training costs what ``--input-sentence-size`` and ``--vocab-size`` say, not what
 the corpus size says, so it is reported on its own line and the end-to-end figure is given with
@@ -246,8 +246,8 @@ def library_floor(work_dir: Path, n_pairs: int = 16_384, repeats: int = 3) -> di
 def child(args: argparse.Namespace) -> int:
     import ops.prepare
     from ops.langid import LanguageIdentifier
-    from ops.moses_zip import read_moses_zip
-    from ops.pair_files import PairWriter
+    from ops.moses_zip import read_moses_zip_batches
+    from ops.pair_files import PairWriter, write_batches
     from ops.prepare import prepare_corpus
     from ops.stage_report import StageReport
 
@@ -261,22 +261,14 @@ def child(args: argparse.Namespace) -> int:
     read_report = StageReport("read")
     raw = work_dir / "raw.parquet"
     with PairWriter(raw, src_lang="en", tgt_lang=args.lang) as writer:
-        src: list[str] = []
-        tgt: list[str] = []
-        pairs = read_moses_zip(
+        batches = read_moses_zip_batches(
             args.child_zip,
             corpus=CORPUS_NAME,
             src_lang="en",
             tgt_lang=args.lang,
             report=read_report,
         )
-        for english, other in pairs:
-            src.append(english)
-            tgt.append(other)
-            if len(src) == 65_536:
-                writer.write(src, tgt)
-                src, tgt = [], []
-        writer.write(src, tgt)
+        write_batches(writer, batches)
         n_raw = writer.n_pairs
     read_seconds = time.perf_counter() - started
     identifier = LanguageIdentifier()

@@ -3,7 +3,7 @@
 Each ``NAME`` contributes one file pair (plain or ``.gz``, e.g. ``combined.en.gz`` +
 ``combined.de.gz``); several NAMEs are concatenated in sorted order. Other files in the
 directory (``combined.origin.gz``, READMEs) are ignored. Lines are read as bytes in lockstep and
-cleaned like OPUS lines (see :func:`ops.moses_zip.aligned_pairs`): pairs with an empty or
+cleaned like OPUS lines (see :func:`ops.moses_zip.aligned_batches`): pairs with an empty or
 undecodable side are counted skips, unequal line counts are an error.
 """
 
@@ -16,13 +16,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
-from ops.moses_zip import aligned_pairs
-from ops.pair_files import PairWriter
+from ops.moses_zip import aligned_batches
+from ops.pair_files import PairWriter, write_batches
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
-
-WRITE_BATCH = 50_000
 
 
 def _open_bytes(path: Path) -> IO[bytes]:
@@ -82,19 +80,12 @@ def import_local_bitext(directory: str | Path, *, lang: str, output: str | Path)
     with PairWriter(output, src_lang="en", tgt_lang=lang) as writer:
         for english_path, other_path in files:
             log.info("importing %s + %s", english_path, other_path)
-            src: list[str] = []
-            tgt: list[str] = []
             with ExitStack() as stack:
                 english = stack.enter_context(_open_bytes(english_path))
                 other = stack.enter_context(_open_bytes(other_path))
-                for english_line, other_line in aligned_pairs(
+                batches = aligned_batches(
                     english, other, report, left_name=str(english_path), right_name=str(other_path)
-                ):
-                    report.n_out += 1
-                    src.append(english_line)
-                    tgt.append(other_line)
-                    if len(src) >= WRITE_BATCH:
-                        writer.write(src, tgt)
-                        src, tgt = [], []
-            writer.write(src, tgt)
+                )
+                write_batches(writer, batches)
+        report.n_out = writer.n_pairs
     return report.finish()

@@ -19,22 +19,22 @@ from __future__ import annotations
 import logging
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import pyarrow as pa
 import requests
 
-from ops.moses_zip import read_moses_zip
-from ops.pair_files import PairWriter
+from ops.moses_zip import read_moses_zip_batches
+from ops.pair_files import PairWriter, write_batches
 from ops.stage_report import StageReport
 from psp_core.download import DownloadError, download, retrying_session
 
 log = logging.getLogger(__name__)
 
 OPUS_API = "https://opus.nlpl.eu/opusapi/"
-WRITE_BATCH = 50_000
 _PAPER_LANGUAGES = ("ar", "de", "es", "fr", "ru", "tr", "zh")
 
 #: The paper's OPUS mixture: corpus -> version, per-corpus cap (max pairs taken), languages.
@@ -244,7 +244,7 @@ def fetch_opus_bitext(
             exhausted, truncated zip), or a cached zip is corrupt, naming corpus, languages
             and URL or file.
         UnsafeZipError, ValueError: a hostile zip, or sides of unequal length
-            (see :func:`ops.moses_zip.read_moses_zip`).
+            (see :func:`ops.moses_zip.read_moses_zip_batches`).
     """
     if lang == "en":
         raise ValueError("fetch_opus_bitext builds en-X bitext; lang must not be 'en'")
@@ -278,22 +278,26 @@ def _copy_capped(
     zip_path: Path, corpus: OpusCorpus, lang: str, part: StageReport, writer: PairWriter
 ) -> None:
     """Append the corpus's pairs (English first) to ``writer``, keeping at most its cap."""
-    src: list[str] = []
-    tgt: list[str] = []
-    pairs = read_moses_zip(
+    batches = read_moses_zip_batches(
         zip_path, corpus=corpus.name, src_lang="en", tgt_lang=corpus.opus_code(lang), report=part
     )
-    for english, other in pairs:
-        if corpus.cap is not None and part.n_out >= corpus.cap:
-            part.drop("capped")
-            continue
-        part.n_out += 1
-        src.append(english)
-        tgt.append(other)
-        if len(src) >= WRITE_BATCH:
-            writer.write(src, tgt)
-            src, tgt = [], []
-    writer.write(src, tgt)
+    write_batches(writer, _capped(batches, corpus.cap, part))
+
+
+def _capped(
+    batches: Iterable[tuple[pa.StringArray, pa.StringArray]], cap: int | None, part: StageReport
+) -> Iterator[tuple[pa.StringArray, pa.StringArray]]:
+    """The batches cut at ``cap`` kept pairs in all (counted in ``part.n_out``).
+
+    Batches past the cap are still read (and checked) to the end of the zip, their pairs
+    counted as ``capped``; the batch that reaches the cap is cut there.
+    """
+    for english, other in batches:
+        keep = len(english) if cap is None else max(0, min(len(english), cap - part.n_out))
+        part.drop("capped", len(english) - keep)
+        if keep:
+            part.n_out += keep
+            yield english[:keep], other[:keep]
 
 
 @dataclass

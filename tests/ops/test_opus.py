@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from ops.moses_zip import UnsafeZipError
+from ops import opus
+from ops.moses_zip import UnsafeZipError, read_moses_zip_batches
 from ops.opus import (
     OpusCorpus,
     OpusError,
@@ -271,3 +273,30 @@ def test_corrupt_cached_zip_is_named_with_what_to_do(tmp_path: Path) -> None:
             api_base="http://127.0.0.1:9/unused/",
         )  # fmt: skip
     assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize("cap", [0, 1, 3, 7, 11, None])
+def test_caps_are_exact_across_read_batches(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cap: int | None
+) -> None:
+    # batches of 3 line pairs, with skips on both sides, so the cap falls inside and between
+    # batches and after skipped pairs; every line is still read and counted
+    monkeypatch.setattr(
+        opus, "read_moses_zip_batches", partial(read_moses_zip_batches, batch_size=3)
+    )
+    english, other = parallel("Tanzil", "de", 16)
+    english[1], other[4], english[6], other[7], english[15] = "", b"\xff", " ", b"\xc3", "\t"
+    cached = tmp_path / "cache" / "opus" / "Tanzil" / "v1" / "de-en.txt.zip"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(build_moses_zip("Tanzil", "en", "de", english, other))
+    output = tmp_path / "out.parquet"
+    report = fetch_opus_bitext(
+        "de", [OpusCorpus("Tanzil", "v1", cap=cap)], tmp_path / "cache", output,
+        api_base="http://127.0.0.1:9/unused/",
+    )  # fmt: skip
+    valid = [i for i in range(16) if i not in (1, 4, 6, 7, 15)]
+    kept = valid if cap is None else valid[:cap]
+    assert [src for src, _ in iter_pairs(output)] == [english[i] for i in kept]
+    capped = len(valid) - len(kept)
+    expected = {"empty": 3, "undecodable": 2} | ({"capped": capped} if capped else {})
+    assert (report.n_in, report.n_out, dict(report.dropped)) == (16, len(kept), expected)

@@ -1,8 +1,15 @@
+import threading
 from pathlib import Path
 
 import pytest
 
-from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs, pair_file_info
+from ops.pair_files import (
+    PairWriter,
+    iter_pair_chunks,
+    iter_pairs,
+    pair_file_info,
+    write_batches,
+)
 from ops.stage_report import StageReport
 
 
@@ -50,3 +57,47 @@ def test_stage_report_accounts_for_every_pair() -> None:
     report.drop("too_long")
     with pytest.raises(AssertionError, match="10 pairs in but 7 out"):
         report.finish()
+
+
+def writer_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "pair-writer"]
+
+
+def test_write_batches_writes_every_batch_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.parquet"
+    pairs = [(f"english {i}", f"deutsch {i}") for i in range(1000)]
+    chunks = [pairs[start : start + 70] for start in range(0, 1000, 70)]
+    batches = ([[p[0] for p in chunk], [p[1] for p in chunk]] for chunk in chunks)
+    with PairWriter(path, src_lang="en", tgt_lang="de") as writer:
+        write_batches(writer, batches, ahead=1)
+        assert writer.n_pairs == 1000  # every write is done when write_batches returns
+    assert list(iter_pairs(path)) == pairs
+    assert writer_threads() == []
+
+
+def test_write_batches_raises_a_write_error_and_stops_producing(tmp_path: Path) -> None:
+    produced = []
+
+    def batches():
+        for i in range(100):
+            produced.append(i)
+            yield (["a", "b"], ["x"]) if i == 3 else (["a"], ["x"])
+
+    path = tmp_path / "pairs.parquet"
+    with pytest.raises(ValueError, match="2 source lines but 1 target lines"):
+        with PairWriter(path, src_lang="en", tgt_lang="de") as writer:
+            write_batches(writer, batches(), ahead=1)
+    assert len(produced) < 10
+    assert writer_threads() == [] and list(tmp_path.iterdir()) == []
+
+
+def test_write_batches_passes_a_producer_error_through(tmp_path: Path) -> None:
+    def batches():
+        yield ["a"], ["x"]
+        raise OSError("corpus went away")
+
+    path = tmp_path / "pairs.parquet"
+    with pytest.raises(OSError, match="corpus went away"):
+        with PairWriter(path, src_lang="en", tgt_lang="de") as writer:
+            write_batches(writer, batches())
+    assert writer_threads() == [] and list(tmp_path.iterdir()) == []
