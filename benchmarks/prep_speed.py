@@ -247,7 +247,7 @@ def child(args: argparse.Namespace) -> int:
     import ops.prepare
     from ops.langid import LanguageIdentifier
     from ops.moses_zip import read_moses_zip_batches
-    from ops.pair_files import PairWriter, write_batches
+    from ops.pair_files import PairWriter
     from ops.prepare import prepare_corpus
     from ops.stage_report import StageReport
 
@@ -260,7 +260,7 @@ def child(args: argparse.Namespace) -> int:
     cpu_started = _cpu_seconds()
     read_report = StageReport("read")
     raw = work_dir / "raw.parquet"
-    with PairWriter(raw, src_lang="en", tgt_lang=args.lang) as writer:
+    with PairWriter(raw, src_lang="en", tgt_lang=args.lang, background=True) as writer:
         batches = read_moses_zip_batches(
             args.child_zip,
             corpus=CORPUS_NAME,
@@ -268,7 +268,8 @@ def child(args: argparse.Namespace) -> int:
             tgt_lang=args.lang,
             report=read_report,
         )
-        write_batches(writer, batches)
+        for src, tgt in batches:
+            writer.write(src, tgt)
         n_raw = writer.n_pairs
     read_seconds = time.perf_counter() - started
     identifier = LanguageIdentifier()

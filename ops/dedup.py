@@ -147,7 +147,9 @@ def deduplicate(
     n_pairs, src_lang, tgt_lang, has_score = pair_file_info(input)
     seen = FingerprintSet(capacity=n_pairs / _MAX_LOAD + 8)
     report = StageReport("deduplicate")
-    with PairWriter(output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score) as writer:
+    with PairWriter(
+        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+    ) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
             src, tgt = lowercase(batch.column("src")), lowercase(batch.column("tgt"))

@@ -163,7 +163,9 @@ def filter_pairs(
         )
     verdicts = _bitext_verdicts if kind == "bitext" else _paraphrase_verdicts
     report = StageReport(f"filter_{kind}")
-    with PairWriter(output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score) as writer:
+    with PairWriter(
+        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+    ) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
             dropped = np.zeros(batch.num_rows, dtype=bool)

@@ -204,7 +204,9 @@ def filter_language(
     labels = sorted(identifier.labels)
     wanted = {side: labels.index(code) for side, code in expected.items()}
     confusions: dict[str, Counter[str]] = {"src": Counter(), "tgt": Counter()}
-    with PairWriter(output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score) as writer:
+    with PairWriter(
+        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+    ) as writer:
         for batch, predictions in ordered_map(
             _identify_sides,
             iter_pair_batches(input, batch_size),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from ops.moses_zip import aligned_batches
-from ops.pair_files import PairWriter, write_batches
+from ops.pair_files import PairWriter
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def import_local_bitext(directory: str | Path, *, lang: str, output: str | Path)
         raise ValueError("import_local_bitext reads en-X bitext; lang must not be 'en'")
     files = find_bitext_files(directory, lang)
     report = StageReport("local_bitext")
-    with PairWriter(output, src_lang="en", tgt_lang=lang) as writer:
+    with PairWriter(output, src_lang="en", tgt_lang=lang, background=True) as writer:
         for english_path, other_path in files:
             log.info("importing %s + %s", english_path, other_path)
             with ExitStack() as stack:
@@ -86,6 +86,7 @@ def import_local_bitext(directory: str | Path, *, lang: str, output: str | Path)
                 batches = aligned_batches(
                     english, other, report, left_name=str(english_path), right_name=str(other_path)
                 )
-                write_batches(writer, batches)
+                for src, tgt in batches:
+                    writer.write(src, tgt)
         report.n_out = writer.n_pairs
     return report.finish()

@@ -28,7 +28,7 @@ import pyarrow as pa
 import requests
 
 from ops.moses_zip import read_moses_zip_batches
-from ops.pair_files import PairWriter, write_batches
+from ops.pair_files import PairWriter
 from ops.stage_report import StageReport
 from psp_core.download import DownloadError, download, retrying_session
 
@@ -258,7 +258,7 @@ def fetch_opus_bitext(
         "timeout": timeout,
     }
     report = CorpusMixReport("opus_bitext")
-    with PairWriter(output, src_lang="en", tgt_lang=lang) as writer:
+    with PairWriter(output, src_lang="en", tgt_lang=lang, background=True) as writer:
         for corpus in corpora:
             zip_path = fetch_opus_zip(corpus, lang, cache_dir, **options)
             part = StageReport(f"opus_bitext:{corpus.name}")
@@ -281,7 +281,8 @@ def _copy_capped(
     batches = read_moses_zip_batches(
         zip_path, corpus=corpus.name, src_lang="en", tgt_lang=corpus.opus_code(lang), report=part
     )
-    write_batches(writer, _capped(batches, corpus.cap, part))
+    for src, tgt in _capped(batches, corpus.cap, part):
+        writer.write(src, tgt)
 
 
 def _capped(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -48,10 +48,22 @@ def pair_schema(src_lang: str, tgt_lang: str, *, with_score: bool) -> pa.Schema:
 
 
 class PairWriter:
-    """Write a pair file batch by batch; atomic (temporary name, renamed on success)."""
+    """Write a pair file batch by batch; atomic (temporary name, renamed on success).
+
+    With ``background=True`` the Parquet encoding and compression of each batch run on a
+    thread (they release the GIL) while the caller computes the next batch; at most two
+    batches wait. An error on that thread is raised by the next ``write_batch`` or on leaving
+    the ``with`` block, and the file is then not renamed into place.
+    """
 
     def __init__(
-        self, path: str | Path, *, src_lang: str, tgt_lang: str, with_score: bool = False
+        self,
+        path: str | Path,
+        *,
+        src_lang: str,
+        tgt_lang: str,
+        with_score: bool = False,
+        background: bool = False,
     ) -> None:
         self.path = Path(path)
         self.schema = pair_schema(src_lang, tgt_lang, with_score=with_score)
@@ -59,10 +71,20 @@ class PairWriter:
         self.n_pairs = 0
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._writer: pq.ParquetWriter | None = None
+        self._background = background
+        self._pending: queue.Queue[pa.Table | None] | None = None
+        self._thread: threading.Thread | None = None
+        self._failures: list[BaseException] = []
 
     def __enter__(self) -> PairWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+        if self._background:
+            self._pending = queue.Queue(2)
+            self._thread = threading.Thread(
+                target=self._write_pending, name=f"pair-writer:{self.path.name}", daemon=True
+            )
+            self._thread.start()
         return self
 
     def write(
@@ -85,10 +107,30 @@ class PairWriter:
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Append an Arrow batch or table that has this file's columns."""
         assert self._writer is not None, "use PairWriter as a context manager"
+        if self._failures:
+            raise self._failures[0]
         if batch.num_rows:
             table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-            self._writer.write_table(table.cast(self.schema), row_group_size=_ROW_GROUP)
+            if self._pending is None:
+                self._write_table(table)
+            else:
+                self._pending.put(table)
             self.n_pairs += batch.num_rows
+
+    def _write_table(self, table: pa.Table) -> None:
+        assert self._writer is not None
+        self._writer.write_table(table.cast(self.schema), row_group_size=_ROW_GROUP)
+
+    def _write_pending(self) -> None:
+        """The background thread: write queued tables in order until the ``None`` sentinel."""
+        assert self._pending is not None
+        while (table := self._pending.get()) is not None:
+            if self._failures:
+                continue  # keep taking, so the caller never blocks on a full queue
+            try:
+                self._write_table(table)
+            except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+                self._failures.append(error)
 
     def __exit__(
         self,
@@ -98,48 +140,17 @@ class PairWriter:
     ) -> None:
         assert self._writer is not None
         try:
+            if self._thread is not None:
+                assert self._pending is not None
+                self._pending.put(None)
+                self._thread.join()
             self._writer.close()
+            if self._failures and exc_type is None:
+                raise self._failures[0]
             if exc_type is None:
                 os.replace(self._tmp, self.path)
         finally:
             self._tmp.unlink(missing_ok=True)
-
-
-def write_batches(
-    writer: PairWriter, batches: Iterable[tuple[Sequence[str], Sequence[str]]], *, ahead: int = 2
-) -> None:
-    """Write ``(src, tgt)`` batches to ``writer`` on a thread while the next ones are made.
-
-    Parquet encoding and compression run without the GIL, so writing one batch overlaps with
-    producing the next (reading and splitting a corpus): on 2 cores, reading the 1M-pair
-    benchmark zip into a pair file went from ~2.0 to ~1.45 us per pair. Batches are written in
-    order, at most ``ahead`` wait. An error while producing stops the writing and is raised as
-    it is; an error while writing stops the producing and is raised here.
-    """
-    pending: queue.Queue[tuple[Sequence[str], Sequence[str]] | None] = queue.Queue(ahead)
-    failures: list[BaseException] = []
-
-    def write_all() -> None:
-        try:
-            while (batch := pending.get()) is not None:
-                writer.write(*batch)
-        except BaseException as error:  # noqa: BLE001 - raised by the producing thread
-            failures.append(error)
-            while pending.get() is not None:  # keep taking, so the producer never blocks
-                pass
-
-    thread = threading.Thread(target=write_all, name="pair-writer", daemon=True)
-    thread.start()
-    try:
-        for batch in batches:
-            if failures:
-                break
-            pending.put(batch)
-    finally:
-        pending.put(None)
-        thread.join()
-    if failures:
-        raise failures[0]
 
 
 def pair_file_info(path: str | Path) -> tuple[int, str, str, bool]:

@@ -69,7 +69,9 @@ def segment_pairs(
     """
     _, src_lang, tgt_lang, has_score = pair_file_info(input)
     report = StageReport("segment_jieba")
-    with PairWriter(output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score) as writer:
+    with PairWriter(
+        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+    ) as writer:
         for batch, (src, tgt) in ordered_map(
             _segment_sides,
             iter_pair_batches(input, batch_size),

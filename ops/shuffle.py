@@ -68,7 +68,7 @@ def shuffle_pairs(
         if report.n_in != n_rows:
             raise ValueError(f"{input}: footer says {n_rows} rows but {report.n_in} were read")
         with PairWriter(
-            output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score
+            output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
         ) as writer:
             for path in bucket_paths:
                 with pa.OSFile(str(path), "rb") as source:

@@ -1,15 +1,10 @@
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from ops.pair_files import (
-    PairWriter,
-    iter_pair_chunks,
-    iter_pairs,
-    pair_file_info,
-    write_batches,
-)
+from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs, pair_file_info
 from ops.stage_report import StageReport
 
 
@@ -60,44 +55,39 @@ def test_stage_report_accounts_for_every_pair() -> None:
 
 
 def writer_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name == "pair-writer"]
+    return [thread for thread in threading.enumerate() if thread.name.startswith("pair-writer")]
 
 
-def test_write_batches_writes_every_batch_in_order(tmp_path: Path) -> None:
+def test_background_writer_writes_every_batch_in_order(tmp_path: Path) -> None:
     path = tmp_path / "pairs.parquet"
     pairs = [(f"english {i}", f"deutsch {i}") for i in range(1000)]
-    chunks = [pairs[start : start + 70] for start in range(0, 1000, 70)]
-    batches = ([[p[0] for p in chunk], [p[1] for p in chunk]] for chunk in chunks)
-    with PairWriter(path, src_lang="en", tgt_lang="de") as writer:
-        write_batches(writer, batches, ahead=1)
-        assert writer.n_pairs == 1000  # every write is done when write_batches returns
-    assert list(iter_pairs(path)) == pairs
+    with PairWriter(path, src_lang="en", tgt_lang="de", background=True) as writer:
+        assert len(writer_threads()) == 1
+        for start in range(0, 1000, 70):
+            chunk = pairs[start : start + 70]
+            writer.write([p[0] for p in chunk], [p[1] for p in chunk])
+    assert writer.n_pairs == 1000 and list(iter_pairs(path)) == pairs
     assert writer_threads() == []
 
 
-def test_write_batches_raises_a_write_error_and_stops_producing(tmp_path: Path) -> None:
-    produced = []
-
-    def batches():
-        for i in range(100):
-            produced.append(i)
-            yield (["a", "b"], ["x"]) if i == 3 else (["a"], ["x"])
-
+def test_background_write_error_is_raised_and_leaves_no_file(tmp_path: Path) -> None:
+    # the cast to the file's schema happens on the writing thread: a struct column cannot
+    # become a string column, so that thread fails and the caller must hear of it
+    unwritable = pa.table({"src": [{"a": 1}], "tgt": ["x"]})
     path = tmp_path / "pairs.parquet"
-    with pytest.raises(ValueError, match="2 source lines but 1 target lines"):
-        with PairWriter(path, src_lang="en", tgt_lang="de") as writer:
-            write_batches(writer, batches(), ahead=1)
-    assert len(produced) < 10
+    with pytest.raises(pa.ArrowNotImplementedError):
+        with PairWriter(path, src_lang="en", tgt_lang="de", background=True) as writer:
+            writer.write(["a"], ["x"])
+            writer.write_batch(unwritable)
+            for _ in range(50):  # raised by a later write at the latest, or on leaving
+                writer.write(["a"], ["x"])
     assert writer_threads() == [] and list(tmp_path.iterdir()) == []
 
 
-def test_write_batches_passes_a_producer_error_through(tmp_path: Path) -> None:
-    def batches():
-        yield ["a"], ["x"]
-        raise OSError("corpus went away")
-
+def test_background_writer_after_a_caller_error_leaves_no_file(tmp_path: Path) -> None:
     path = tmp_path / "pairs.parquet"
     with pytest.raises(OSError, match="corpus went away"):
-        with PairWriter(path, src_lang="en", tgt_lang="de") as writer:
-            write_batches(writer, batches())
+        with PairWriter(path, src_lang="en", tgt_lang="de", background=True) as writer:
+            writer.write(["a"], ["x"])
+            raise OSError("corpus went away")
     assert writer_threads() == [] and list(tmp_path.iterdir()) == []
