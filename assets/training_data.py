@@ -82,6 +82,7 @@ def training_data(
             lang=spec.code,
             kind=spec.kind,
             seed=config.seed,
+            workers=compute.workers,
         )
         shuffled.unlink()
         record = packed.as_dict()

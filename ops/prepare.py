@@ -115,8 +115,9 @@ def prepare_corpus(
         filter_config: filter thresholds (default: the paper's).
         vocab_size, character_coverage, input_sentence_size: sentencepiece settings.
         seed: the shuffle order and the sentencepiece sample.
-        num_threads: sentencepiece threads for training and encoding.
-        workers: processes for language ID and jieba segmentation (single-threaded libraries).
+        num_threads: sentencepiece threads for training, and for encoding when ``workers <= 1``.
+        workers: processes for language ID, jieba segmentation and encoding (libraries that use
+            one core or hold the GIL); the files they write do not depend on it.
         bucket_rows: rows per shuffle bucket (memory is about two buckets).
 
     Returns:
@@ -216,7 +217,9 @@ def prepare_corpus(
 
     def pack(out: Path) -> StageReport:
         tokenizer = packing_tokenizer(spm_model, num_threads=num_threads)
-        return encode_and_pack(shuffled, tokenizer, out, lang=lang, kind=kind, seed=seed)
+        return encode_and_pack(
+            shuffled, tokenizer, out, lang=lang, kind=kind, seed=seed, workers=workers
+        )
 
     run("pack", [shuffled, spm_model], {"lang": lang, "kind": kind, "seed": seed}, pack)
     return result

@@ -248,7 +248,8 @@ def test_chinese_is_segmented_and_the_bundle_uses_jieba(
         data = build_moses_zip(corpus, "en", code, english, chinese)
         opus_server.add_corpus(corpus, version, "en", code, data)
     resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
-    # two jieba worker processes: the parallel path, and this process's jieba stays untouched
+    # two worker processes (language ID, jieba, encoding): the parallel paths, and this
+    # process's jieba stays untouched
     resources["compute"] = ComputeResource(device="cpu", threads=1, workers=2)
     config = {"ops": {k: QUICK["ops"][k] for k in ("sentencepiece_model", "psp_model")}}
     result = materialize(

@@ -1,10 +1,11 @@
 from collections import Counter
 
+import h5py
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.encoding import encode_and_pack
+from ops.encoding import EMPTY_AFTER_ENCODING, MAX_PIECES, encode_and_pack
 from ops.pair_files import PairWriter
 from ops.sentencepiece_model import (
     reservoir_sample,
@@ -162,5 +163,106 @@ def test_encode_and_pack_leaves_no_partial_file(tmp_path, spm_proto):
     with pytest.raises(ValueError, match="kind"):
         encode_and_pack(
             source, Tokenizer(spm_proto), tmp_path / "t.h5", lang="xx", kind="other", seed=0
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.parquet"]
+
+
+def read_training_file(path):
+    """Every dataset's values and every attribute of a training HDF5."""
+    with h5py.File(path, "r") as handle:
+        datasets = {name: handle[name][()] for name in handle}
+        attrs = dict(handle.attrs)
+    return datasets, attrs
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        # the pack stage's settings
+        dict(lowercase=False, pretokenizer="none", max_length=MAX_PIECES),
+        # settings that change the ids, so a worker that ignored them would write other ids
+        dict(lowercase=True, pretokenizer="none", max_length=7),
+    ],
+)
+def test_encode_and_pack_writes_the_same_file_for_any_number_of_workers(
+    tmp_path, toy, spm_proto, settings
+):
+    pairs = toy.pairs(1000, seed=21)
+    for row in (0, 5, 64, 65, 300, 999):  # several batches with pairs that encode to nothing
+        pairs[row] = ("", pairs[row][1]) if row % 2 else (pairs[row][0], "  ")
+    pairs[128:192] = [("", "")] * 64  # a batch of nothing but empty pairs
+    pairs[400] = ("ZZZ " + pairs[400][0], "草 " + pairs[400][1])  # unknown pieces
+    pairs[401] = ("草草", pairs[401][1])  # nothing but unknown pieces
+    pairs[500] = (" ".join(toy.source_words[:60] * 2), pairs[500][1])  # truncated
+    source = write_pair_file(tmp_path / "pairs.parquet", pairs)
+    files, reports = {}, {}
+    for workers in (1, 2, 3):
+        tokenizer = Tokenizer(spm_proto, num_threads=2, **settings)
+        output = tmp_path / f"train-{workers}.h5"
+        reports[workers] = encode_and_pack(
+            source,
+            tokenizer,
+            output,
+            lang="xx",
+            kind="bitext",
+            seed=3,
+            batch_size=64,
+            workers=workers,
+        ).as_dict()
+        files[workers] = read_training_file(output)
+    expected_drops = {EMPTY_AFTER_ENCODING: 6 + 64}
+    for workers in (1, 2, 3):
+        report = reports[workers]
+        assert (report["n_in"], report["n_out"], report["dropped"]) == (1000, 930, expected_drops)
+        datasets, attrs = files[workers]
+        reference_datasets, reference_attrs = files[1]
+        assert attrs == reference_attrs
+        assert sorted(datasets) == ["src_ids", "src_offsets", "tgt_ids", "tgt_offsets"]
+        for name, values in datasets.items():
+            assert values.dtype == reference_datasets[name].dtype
+            np.testing.assert_array_equal(values, reference_datasets[name], err_msg=name)
+    assert files[1][1]["n_pairs"] == 930
+
+
+def test_encode_and_pack_in_workers_keeps_the_input_order(tmp_path, toy, spm_proto):
+    pairs = [(s.lower(), t) for s, t in toy.pairs(700, seed=4)]
+    source = write_pair_file(tmp_path / "pairs.parquet", pairs)
+    tokenizer = Tokenizer(spm_proto)
+    encode_and_pack(
+        source,
+        tokenizer,
+        tmp_path / "t.h5",
+        lang="xx",
+        kind="bitext",
+        seed=0,
+        batch_size=50,
+        workers=2,
+    )
+    with TrainingFile(tmp_path / "t.h5") as data:
+        src, tgt = data.read(0, len(data))
+    decode = tokenizer.processor.Decode
+    assert [
+        (decode(src.sentence(i).tolist()), decode(tgt.sentence(i).tolist()))
+        for i in range(len(pairs))
+    ] == pairs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_encoding_error_reaches_the_caller_and_leaves_no_partial_file(
+    tmp_path, toy, spm_proto, workers
+):
+    pairs = toy.pairs(300, seed=8)
+    pairs[250] = (None, pairs[250][1])  # sentencepiece refuses a null
+    source = write_pair_file(tmp_path / "p.parquet", pairs)
+    with pytest.raises(TypeError):
+        encode_and_pack(
+            source,
+            Tokenizer(spm_proto, lowercase=False),
+            tmp_path / "t.h5",
+            lang="xx",
+            kind="bitext",
+            seed=0,
+            batch_size=32,
+            workers=workers,
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.parquet"]

@@ -196,7 +196,7 @@ def test_real_bitext_chain(tmp_path, identifier, lang, n_pairs):
         filter_config=FilterConfig(),
         vocab_size=2000,
         seed=0,
-        workers=2 if lang == "zh" else 1,  # language ID and jieba in two processes
+        workers=2 if lang == "zh" else 1,  # language ID, jieba and encoding in two processes
     )
     reports = prepared.reports
     assert ("segment" in reports) == (lang == "zh")
