@@ -62,7 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--input-sentence-size", type=int, default=200_000)
     parser.add_argument("--threads", type=int, default=2, help="sentencepiece threads")
     parser.add_argument(
-        "--workers", type=int, default=2, help="language-ID processes (fastText uses one core)"
+        "--workers",
+        type=int,
+        default=2,
+        help="processes for language ID and for encoding (fastText and each encoder use one core)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
@@ -449,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                 "vocab_size": args.vocab_size,
                 "input_sentence_size": args.input_sentence_size,
                 "spm_threads": args.threads,
-                "langid_workers": args.workers,
+                "workers": args.workers,
                 "seed": args.seed,
                 "zips": {str(n): str(p) for n, p in zips.items()},
             },
