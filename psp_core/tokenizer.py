@@ -62,28 +62,42 @@ def flatten_id_lists(id_lists: Sequence[Sequence[int]]) -> TokenBatch:
 
 
 def clean_ids(batch: TokenBatch, unk_id: int, max_length: int) -> TokenBatch:
-    """Drop unknown ids (keeping one when a sentence is nothing else) and truncate, vectorized."""
-    ids, lengths = batch.ids, batch.lengths
-    n = len(lengths)
-    sentence_of = np.repeat(np.arange(n), lengths)
-    keep = ids != unk_id
-    kept_per_sentence = np.bincount(sentence_of[keep], minlength=n)
-    only_unknown = (kept_per_sentence == 0) & (lengths > 0)
-    if only_unknown.any():
-        # keep the first (unknown) token of each all-unknown sentence
-        first_positions = batch.offsets[:-1][only_unknown]
-        keep[first_positions] = True
-    ids, sentence_of = ids[keep], sentence_of[keep]
-    new_lengths = np.bincount(sentence_of, minlength=n)
-    if max_length > 0 and (new_lengths > max_length).any():
-        starts = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(new_lengths, out=starts[1:])
-        position = np.arange(len(ids)) - starts[:-1][sentence_of]
-        within = position < max_length
-        ids, new_lengths = ids[within], np.minimum(new_lengths, max_length)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(new_lengths, out=offsets[1:])
+    """Drop unknown ids (keeping one when a sentence is nothing else) and truncate, vectorized.
+
+    One pass over the ids finds the unknown ones; everything else costs in proportion to the
+    unknown ids and the overlong sentences, which are few, so cleaning stays a small part of
+    encoding.
+    """
+    ids, offsets, lengths = batch.ids, batch.offsets, batch.lengths
+    unknown = np.flatnonzero(ids == unk_id)
+    if len(unknown):
+        owner = np.searchsorted(offsets, unknown, side="right") - 1
+        unknown_per_sentence = np.bincount(owner, minlength=len(lengths))
+        only_unknown = (unknown_per_sentence == lengths) & (lengths > 0)
+        # keep the first (unknown) id of each sentence that has nothing else
+        dropped = unknown[~(only_unknown[owner] & (unknown == offsets[:-1][owner]))]
+        keep = np.ones(len(ids), dtype=bool)
+        keep[dropped] = False
+        ids = ids[keep]
+        lengths = lengths - unknown_per_sentence + only_unknown
+        offsets = _offsets(lengths)
+    if max_length > 0 and len(lengths) and lengths.max() > max_length:
+        overlong = np.flatnonzero(lengths > max_length)
+        excess = lengths[overlong] - max_length
+        # the positions past max_length in each overlong sentence, as one vector of ranges
+        starts = np.repeat(offsets[overlong] + max_length - np.cumsum(excess) + excess, excess)
+        keep = np.ones(len(ids), dtype=bool)
+        keep[starts + np.arange(len(starts))] = False
+        ids = ids[keep]
+        lengths = np.minimum(lengths, max_length)
+        offsets = _offsets(lengths)
     return TokenBatch(ids.astype(np.int64, copy=False), offsets)
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 class Tokenizer:
