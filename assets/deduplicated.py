@@ -58,7 +58,7 @@ def deduplicated_pairs(
         unsegmented = stage.path("deduplicated.parquet")
         report = deduplicate(upstream.output("pairs"), unsegmented).as_dict()
         segmented = segment_pairs(
-            unsegmented, final, cache_dir=storage.cache_dir(), workers=compute.workers
+            unsegmented, final, cache_dir=storage.cache_dir(), workers=compute.worker_count()
         ).as_dict()
         unsegmented.unlink()
         report["seconds"] += segmented["seconds"]

@@ -57,7 +57,7 @@ def langid_filtered_pairs(
             stage.path("pairs.parquet"),
             identifier=langid.identifier(),
             threshold=threshold,
-            workers=compute.workers,
+            workers=compute.worker_count(),
         )
         return {"pairs": "pairs.parquet"}, report.as_dict() | {"threshold": threshold}
 

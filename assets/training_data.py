@@ -82,7 +82,7 @@ def training_data(
             lang=spec.code,
             kind=spec.kind,
             seed=config.seed,
-            workers=compute.workers,
+            workers=compute.worker_count(),
         )
         shuffled.unlink()
         record = packed.as_dict()

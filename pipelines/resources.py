@@ -167,6 +167,9 @@ class LanguageIdResource(ConfigurableResource):
         return Path(self.model_path).name if self.model_path else "lid.176.ftz"
 
 
+DEFAULT_MAX_WORKERS = 8
+
+
 class ComputeResource(ConfigurableResource):
     """Where and how wide to compute: torch device, torch threads, data-op worker processes,
     and how many trainings may run at once on this machine (file-lock slots under the storage
@@ -174,8 +177,15 @@ class ComputeResource(ConfigurableResource):
 
     device: str = "auto"
     threads: int | None = None
-    workers: int = 1
+    workers: int | None = None
     max_concurrent_trainings: int = 1
+
+    def worker_count(self) -> int:
+        """``workers``, or by default one per CPU this process may use, at most
+        ``DEFAULT_MAX_WORKERS`` (each fastText / sentencepiece worker holds its own model)."""
+        if self.workers is not None:
+            return max(1, self.workers)
+        return max(1, min(len(os.sched_getaffinity(0)), DEFAULT_MAX_WORKERS))
 
 
 class EvaluationDataResource(ConfigurableResource):

@@ -3,6 +3,7 @@ schedules, sensors, resources, and the instance settings in dagster.yaml."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from dagster import AssetKey, DagsterInstance
 
 from pipelines.definitions import defs
 from pipelines.languages import load_registry
+from pipelines.resources import DEFAULT_MAX_WORKERS, ComputeResource
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,3 +123,10 @@ def test_dagster_yaml_instance_settings(tmp_path: Path, monkeypatch) -> None:
         assert str(tmp_path) in str(instance.run_storage._conn_string)  # noqa: SLF001
     finally:
         instance.dispose()
+
+
+def test_compute_workers_default_to_the_usable_cpus_capped() -> None:
+    usable = len(os.sched_getaffinity(0))
+    assert ComputeResource().worker_count() == max(1, min(usable, DEFAULT_MAX_WORKERS))
+    assert ComputeResource(workers=3).worker_count() == 3
+    assert ComputeResource(workers=0).worker_count() == 1
