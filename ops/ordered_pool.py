@@ -9,6 +9,7 @@ With ``workers <= 1`` everything runs in the calling process, without a pool.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
@@ -40,11 +41,12 @@ def ordered_map(
             yield item, function(payload(item))
         return
     # fork where the platform has it: workers start at once and need no importable __main__
-    # (spawn re-imports the caller's script); they only run ``function`` on plain payloads,
-    # never the parent's Arrow thread pools
+    # (spawn re-imports the caller's script). The pool forks when it is created, before the
+    # first item is read, while the caller's other threads (Arrow's, a background writer) are
+    # idle; workers use Arrow only on the arrays they are sent, with single-threaded kernels
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with context.Pool(workers, initializer=initializer, initargs=initargs) as pool:
+    with context.Pool(workers, initializer=_start_worker, initargs=(initializer, initargs)) as pool:
         pending: deque = deque()
         for item in items:
             pending.append((item, pool.apply_async(function, (payload(item),))))
@@ -54,3 +56,17 @@ def ordered_map(
         while pending:
             done, result = pending.popleft()
             yield done, result.get()
+
+
+def _start_worker(initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    """Give a worker the default SIGTERM, then run the caller's initializer.
+
+    Leaving the pool's ``with`` block terminates it, and a worker still waiting for a task
+    may then be blocked on the task queue's lock, which the terminating parent holds: only
+    SIGTERM ends it. A forked worker inherits the parent's Python signal handlers, and a
+    handler that records the signal instead of exiting (Dagster's interrupt capture, for one)
+    would leave that worker, and so the parent's join, waiting forever.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if initializer is not None:
+        initializer(*initargs)
