@@ -76,6 +76,9 @@ class LanguageIdentifier:
                 f"{self.model_path} is not a fastText model ({error}); expected lid.176.bin/.ftz"
             ) from error
         self.labels = frozenset(label.removeprefix(_LABEL_PREFIX) for label in self._model.labels)
+        # the order in which label ids (predict_label_ids) number the languages
+        self.label_list = tuple(sorted(self.labels))
+        self._label_index = {label: index for index, label in enumerate(self.label_list)}
         _check_binding(self._model)
 
     def __getstate__(self) -> dict:
@@ -90,10 +93,20 @@ class LanguageIdentifier:
         Newlines inside a line are read as spaces (fastText refuses them); an empty line gets
         fastText's prior (``en`` with a low probability).
         """
+        safe = [line.replace("\n", " ") if "\n" in line else line for line in lines]
+        return self._predict_single_lines(safe)
+
+    def predict_label_ids(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`predict`, for lines already free of newlines, with each language as its
+        int16 index into :attr:`label_list` (small to send between processes)."""
+        codes, probs = self._predict_single_lines(lines)
+        ids = np.fromiter(map(self._label_index.__getitem__, codes), np.int16, len(codes))
+        return ids, probs
+
+    def _predict_single_lines(self, lines: list[str]) -> tuple[list[str], np.ndarray]:
         if not len(lines):
             return [], np.zeros(0, dtype=np.float32)
-        safe = [line.replace("\n", " ") if "\n" in line else line for line in lines]
-        labels, probs = self._model.predict(safe, k=1)
+        labels, probs = self._model.predict(lines, k=1)
         codes = [label[0][len(_LABEL_PREFIX) :] for label in labels]
         return codes, np.concatenate(probs).astype(np.float32, copy=False)
 
@@ -132,25 +145,23 @@ def _threshold_for(threshold: float | Mapping[str, float], code: str) -> float:
 
 # worker-process state for ordered_map (set by _init_worker, in a worker or in this process)
 _identifier: LanguageIdentifier | None = None
-_label_index: dict[str, int] = {}
 
 
 def _init_worker(identifier: LanguageIdentifier) -> None:
-    global _identifier, _label_index
+    global _identifier
     _identifier = identifier
-    _label_index = {label: index for index, label in enumerate(sorted(identifier.labels))}
 
 
 def _identify_column(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``column``: the index of its language in ``sorted(labels)`` and its
-    probability. Each distinct line is predicted once (subtitles repeat short lines a lot)."""
+    """Per row of ``column``: the index of its language in ``label_list`` and its probability.
+    Each distinct line is predicted once (subtitles repeat short lines a lot); newlines become
+    spaces here, in Arrow, so the lines go to fastText as they are."""
     assert _identifier is not None
     if column.null_count:
         column = pc.fill_null(column, "")
     encoded = pc.dictionary_encode(pc.replace_substring(column, "\n", " "))
     rows = encoded.indices.to_numpy(zero_copy_only=False)
-    codes, probs = _identifier.predict(encoded.dictionary.to_pylist())
-    label_ids = np.fromiter(map(_label_index.__getitem__, codes), np.int16, len(codes))
+    label_ids, probs = _identifier.predict_label_ids(encoded.dictionary.to_pylist())
     return label_ids[rows], probs[rows]
 
 
@@ -201,7 +212,7 @@ def filter_language(
         "tgt": _threshold_for(threshold, tgt_lang),
     }
     report = StageReport("langid")
-    labels = sorted(identifier.labels)
+    labels = identifier.label_list
     wanted = {side: labels.index(code) for side, code in expected.items()}
     confusions: dict[str, Counter[str]] = {"src": Counter(), "tgt": Counter()}
     with PairWriter(
