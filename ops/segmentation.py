@@ -49,9 +49,13 @@ def _init_worker(cache_dir: str) -> None:
     _segment = configure_jieba(cache_dir)
 
 
-def _segment_sides(lines: tuple[list[str], list[str]]) -> tuple[list[str], list[str]]:
+def _segment_sides(columns: tuple[pa.Array, pa.Array]) -> tuple[pa.Array, pa.Array]:
+    """Both sides of a batch, in a worker: Arrow text in and out, so neither process pickles
+    a list of Python strings (the same protocol as the language-ID workers)."""
     assert _segment is not None
-    return [_segment(text) for text in lines[0]], [_segment(text) for text in lines[1]]
+    return tuple(
+        pa.array([_segment(text) for text in column.to_pylist()], pa.string()) for column in columns
+    )
 
 
 def segment_pairs(
@@ -75,16 +79,13 @@ def segment_pairs(
         for batch, (src, tgt) in ordered_map(
             _segment_sides,
             iter_pair_batches(input, batch_size),
-            payload=lambda batch: (
-                batch.column("src").to_pylist(),
-                batch.column("tgt").to_pylist(),
-            ),
+            payload=lambda batch: (batch.column("src"), batch.column("tgt")),
             workers=workers,
             initializer=_init_worker,
             initargs=(str(cache_dir),),
         ):
             report.n_in += batch.num_rows
-            columns = [pa.array(src, pa.string()), pa.array(tgt, pa.string())]
+            columns = [src, tgt]
             if has_score:
                 columns.append(batch.column("score"))
             writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=writer.schema))
