@@ -239,3 +239,15 @@ def spm_model(
     info["vocab_size"] = processor.GetPieceSize()
     info["sha256"] = hashlib.sha256(proto).hexdigest()
     return path, info
+
+
+def status_kb(field: str) -> int | None:
+    """A ``/proc/self/status`` field in kB (``VmRSS``, ``VmHWM``...); None where there is none."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None

@@ -148,25 +148,14 @@ def build_zip(data_dir: Path, cache_dir: Path, lang: str, n_pairs: int, seed: in
 
 def peak_rss_mib() -> dict:
     result = {"ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    result["vmhwm_mib"] = round(int(line.split()[1]) / 1024)
-    except OSError:
-        pass
+    if (vmhwm := _status_mib("VmHWM")) is not None:
+        result["vmhwm_mib"] = vmhwm
     return result
 
 
 def _status_mib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith(field + ":"):
-                    return round(int(line.split()[1]) / 1024)
-    except OSError:
-        return None
-    return None
+    kb = _common.status_kb(field)
+    return None if kb is None else round(kb / 1024)
 
 
 def _reset_peak_rss() -> None:

@@ -295,17 +295,6 @@ def speed_run(
 # peak RSS
 
 
-def _status_kb(field: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def rss_child(args: argparse.Namespace) -> int:
     """Run in a child process: train, then print one JSON line with this process's peaks."""
     import torch
@@ -315,7 +304,7 @@ def rss_child(args: argparse.Namespace) -> int:
 
     with TrainingFile(args.data_file) as data:
         n_pairs = len(data)
-    rss_after_import = _status_kb("VmRSS")
+    rss_after_import = _common.status_kb("VmRSS")
     config = TrainConfig(
         dim=args.dim,
         batch_size=args.batch_size,
@@ -334,11 +323,11 @@ def rss_child(args: argparse.Namespace) -> int:
     def on_step(step: int, loss: float) -> None:
         now = time.perf_counter()
         if seen["first"] is None:
-            seen["first"] = _status_kb("VmRSS")
+            seen["first"] = _common.status_kb("VmRSS")
             seen["t0"] = now
         seen["hwm"], seen["rss"], seen["steps"], seen["t1"] = (
-            _status_kb("VmHWM"),
-            _status_kb("VmRSS"),
+            _common.status_kb("VmHWM"),
+            _common.status_kb("VmRSS"),
             step,
             now,
         )
