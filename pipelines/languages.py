@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.filters import FilterConfig
+from ops.langid import DEFAULT_THRESHOLD as LANGID_THRESHOLD
 from ops.opus import OpusCorpus, corpora_from_config
 from psp_core.tokenizer import PRETOKENIZERS
 from psp_core.training import TrainConfig
@@ -46,18 +47,19 @@ class RegistryError(ValueError):
 
 @dataclass(frozen=True)
 class FilterSettings:
-    """Language-ID and length/score/trigram thresholds (the paper's values by default)."""
+    """Language-ID and length/score/trigram thresholds: by default the paper's, as
+    :mod:`ops.langid` and :class:`ops.filters.FilterConfig` define them."""
 
-    langid_threshold: float = 0.5
+    langid_threshold: float = LANGID_THRESHOLD
     langid_pass_rate_min: float = 0.2
     langid_pass_rate_max: float = 1.0
-    bitext_min_tokens: int = 3
-    bitext_max_tokens: int = 100
-    paraphrase_min_mean_tokens: float = 5.0
-    paraphrase_max_mean_tokens: float = 40.0
-    min_score: float = 0.4
-    max_score: float = 1.0
-    max_trigram_overlap: float = 0.7
+    bitext_min_tokens: int = FilterConfig.bitext_min_tokens
+    bitext_max_tokens: int = FilterConfig.bitext_max_tokens
+    paraphrase_min_mean_tokens: float = FilterConfig.paraphrase_min_mean_tokens
+    paraphrase_max_mean_tokens: float = FilterConfig.paraphrase_max_mean_tokens
+    min_score: float = FilterConfig.min_score
+    max_score: float = FilterConfig.max_score
+    max_trigram_overlap: float = FilterConfig.max_trigram_overlap
 
     def filter_config(self) -> FilterConfig:
         """The :class:`ops.filters.FilterConfig` these thresholds describe."""
