@@ -40,7 +40,12 @@ from ops.filters import FilterConfig, filter_pairs
 from ops.langid import DEFAULT_THRESHOLD, LanguageIdentifier, filter_language
 from ops.pair_files import pair_file_info
 from ops.segmentation import segment_pairs
-from ops.sentencepiece_model import train_sentencepiece_from_pairs
+from ops.sentencepiece_model import (
+    CHARACTER_COVERAGE,
+    INPUT_SENTENCE_SIZE,
+    VOCAB_SIZE,
+    train_sentencepiece_from_pairs,
+)
 from ops.shuffle import DEFAULT_BUCKET_ROWS, shuffle_pairs
 from ops.stage_report import StageReport
 from ops.text_io import atomic_path
@@ -95,11 +100,11 @@ def prepare_corpus(
     kind: str,
     identifier: LanguageIdentifier,
     filter_config: FilterConfig | None = None,
-    vocab_size: int = 50_000,
+    vocab_size: int = VOCAB_SIZE,
     seed: int = 0,
     langid_threshold: float = DEFAULT_THRESHOLD,
-    character_coverage: float = 0.995,
-    input_sentence_size: int = 10_000_000,
+    character_coverage: float = CHARACTER_COVERAGE,
+    input_sentence_size: int = INPUT_SENTENCE_SIZE,
     num_threads: int = 2,
     workers: int = 1,
     bucket_rows: int = DEFAULT_BUCKET_ROWS,

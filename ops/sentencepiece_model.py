@@ -30,6 +30,10 @@ from ops.text_io import atomic_path
 log = logging.getLogger(__name__)
 
 _SAMPLE_BATCH = 131_072
+# the paper's settings, the defaults wherever a vocabulary is trained
+VOCAB_SIZE = 50_000
+CHARACTER_COVERAGE = 0.995
+INPUT_SENTENCE_SIZE = 10_000_000
 
 
 def _open_unit(rng: random.Random) -> float:
@@ -146,9 +150,9 @@ def train_sentencepiece(
     sentences: Iterable[str],
     output: str | Path,
     *,
-    vocab_size: int = 50_000,
-    character_coverage: float = 0.995,
-    input_sentence_size: int = 10_000_000,
+    vocab_size: int = VOCAB_SIZE,
+    character_coverage: float = CHARACTER_COVERAGE,
+    input_sentence_size: int = INPUT_SENTENCE_SIZE,
     model_type: str = "unigram",
     seed: int = 1,
     num_threads: int = 2,
@@ -176,9 +180,9 @@ def train_sentencepiece_from_pairs(
     input: str | Path,
     output: str | Path,
     *,
-    vocab_size: int = 50_000,
-    character_coverage: float = 0.995,
-    input_sentence_size: int = 10_000_000,
+    vocab_size: int = VOCAB_SIZE,
+    character_coverage: float = CHARACTER_COVERAGE,
+    input_sentence_size: int = INPUT_SENTENCE_SIZE,
     model_type: str = "unigram",
     seed: int = 1,
     num_threads: int = 2,

@@ -21,6 +21,7 @@ from typing import Any
 from ops.filters import FilterConfig
 from ops.langid import DEFAULT_THRESHOLD as LANGID_THRESHOLD
 from ops.opus import OpusCorpus, corpora_from_config
+from ops.sentencepiece_model import CHARACTER_COVERAGE, INPUT_SENTENCE_SIZE, VOCAB_SIZE
 from psp_core.tokenizer import PRETOKENIZERS
 from psp_core.training import TrainConfig
 
@@ -71,9 +72,9 @@ class FilterSettings:
 class SentencepieceSettings:
     """The shared sentencepiece vocabulary (paper: unigram, 50k, coverage 0.995, 10M sample)."""
 
-    vocab_size: int = 50_000
-    character_coverage: float = 0.995
-    input_sentence_size: int = 10_000_000
+    vocab_size: int = VOCAB_SIZE
+    character_coverage: float = CHARACTER_COVERAGE
+    input_sentence_size: int = INPUT_SENTENCE_SIZE
 
 
 @dataclass(frozen=True)
