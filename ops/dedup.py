@@ -24,9 +24,7 @@ import pyarrow.compute as pc
 
 from ops.pair_files import DEFAULT_BATCH, PairWriter, iter_pair_batches, pair_file_info
 from ops.stage_report import StageReport
-
-_MAX_LOAD = 0.7
-_EMPTY = np.uint64(0)
+from ops.uint64_table import EMPTY, MAX_LOAD, insert_distinct, nonzero_keys, splitmix64
 
 
 @functools.cache
@@ -57,14 +55,6 @@ def lowercase(texts: pa.Array) -> pa.Array:
     return lowered
 
 
-def _splitmix64(values: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        z = values + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
 def pair_fingerprints(src: pa.Array, tgt: pa.Array) -> np.ndarray:
     """64-bit fingerprint of each ``(src, tgt)`` pair (exact text; lowercase first)."""
 
@@ -72,7 +62,7 @@ def pair_fingerprints(src: pa.Array, tgt: pa.Array) -> np.ndarray:
         objects = texts.to_numpy(zero_copy_only=False)
         return pd.util.hash_array(objects, categorize=False).astype(np.uint64, copy=False)
 
-    return _splitmix64(side(src) ^ _splitmix64(side(tgt)))
+    return splitmix64(side(src) ^ splitmix64(side(tgt)))
 
 
 class FingerprintSet:
@@ -96,44 +86,19 @@ class FingerprintSet:
     def add(self, keys: np.ndarray) -> np.ndarray:
         """Insert ``keys``; True where a key was not in the set before (the first in-batch
         copy of a repeated key counts as new, later copies do not)."""
-        keys = np.asarray(keys, dtype=np.uint64)
-        keys = np.where(keys == _EMPTY, np.uint64(1), keys)
-        distinct, first = np.unique(keys, return_index=True)
-        while (self.size + len(distinct)) > _MAX_LOAD * len(self._table):
+        distinct, first = np.unique(nonzero_keys(keys), return_index=True)
+        while (self.size + len(distinct)) > MAX_LOAD * len(self._table):
             self._grow()
-        inserted = self._insert(distinct)
+        _, inserted = insert_distinct(self._table, distinct)
         self.size += int(inserted.sum())
         is_new = np.zeros(len(keys), dtype=bool)
         is_new[first[inserted]] = True
         return is_new
 
-    def _slots(self, keys: np.ndarray) -> np.ndarray:
-        # multiply-shift range reduction: the high 32 bits of the key scaled to the table size
-        return ((keys >> np.uint64(32)) * np.uint64(len(self._table))) >> np.uint64(32)
-
-    def _insert(self, keys: np.ndarray) -> np.ndarray:
-        """Insert distinct keys; True for those that were absent. Linear probing, vectorized:
-        every round, each pending key looks at its slot, and keys that find an empty slot
-        claim it (one of several keys racing for a slot wins; the rest probe on)."""
-        table, capacity = self._table, np.uint64(len(self._table))
-        inserted = np.zeros(len(keys), dtype=bool)
-        pending = np.arange(len(keys))
-        slots = self._slots(keys)
-        while len(pending):
-            occupant = table[slots]
-            empty = occupant == _EMPTY
-            table[slots[empty]] = keys[pending[empty]]
-            won = empty & (table[slots] == keys[pending])
-            inserted[pending[won]] = True
-            done = won | (occupant == keys[pending])
-            pending, slots = pending[~done], slots[~done] + np.uint64(1)
-            slots[slots == capacity] = 0
-        return inserted
-
     def _grow(self) -> None:
-        old = self._table[self._table != _EMPTY]
+        old = self._table[self._table != EMPTY]
         self._table = np.zeros(2 * len(self._table), dtype=np.uint64)
-        self._insert(old)
+        insert_distinct(self._table, old)
 
 
 def deduplicate(
@@ -145,7 +110,7 @@ def deduplicate(
     passed through with its pair's first copy. Drop reason: ``duplicate``.
     """
     n_pairs, src_lang, tgt_lang, has_score = pair_file_info(input)
-    seen = FingerprintSet(capacity=n_pairs / _MAX_LOAD + 8)
+    seen = FingerprintSet(capacity=n_pairs / MAX_LOAD + 8)
     report = StageReport("deduplicate")
     with PairWriter(
         output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True

@@ -31,6 +31,10 @@ import pyarrow.parquet as pq
 DEFAULT_BATCH = 65_536
 _ROW_GROUP = 131_072
 _READ_BUFFER = 1 << 20
+# Sentences rarely repeat, so a dictionary page is built and then abandoned for each column
+# chunk, and min/max statistics of text are never used to skip anything: both off saves about
+# a quarter of the writing CPU, and the files come out slightly smaller.
+PARQUET_OPTIONS = dict(compression="zstd", use_dictionary=False, write_statistics=False)
 
 
 def _open(path: str | Path) -> pq.ParquetFile:
@@ -78,7 +82,7 @@ class PairWriter:
 
     def __enter__(self) -> PairWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+        self._writer = pq.ParquetWriter(self._tmp, self.schema, **PARQUET_OPTIONS)
         if self._background:
             self._pending = queue.Queue(2)
             self._thread = threading.Thread(

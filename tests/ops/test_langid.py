@@ -56,9 +56,9 @@ def test_predict_is_batched_and_newline_safe(identifier: LanguageIdentifier) -> 
 
 
 def test_identifier_pickles_by_path(identifier: LanguageIdentifier) -> None:
-    # what pickling hands a worker process: the path only, the model is loaded again there
+    # what pickling hands a worker process: the path and the mode, the model is loaded there
     state = identifier.__getstate__()
-    assert state == {"model_path": str(identifier.model_path)}
+    assert state == {"model_path": str(identifier.model_path), "batched": True}
     clone = LanguageIdentifier.__new__(LanguageIdentifier)
     clone.__setstate__(state)
     assert clone.model_path == identifier.model_path

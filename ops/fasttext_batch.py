@@ -1,0 +1,298 @@
+"""Batched fastText prediction in numpy for supervised hierarchical-softmax models (``lid.176``).
+
+fastText's ``predict`` spends most of its time on each token's character n-grams: it builds and
+hashes every n-gram of every out-of-vocabulary token, in every line, again and again (about
+12 µs per news-length line on one core). Text repeats its tokens, so :class:`BatchPredictor`
+does that work once per distinct token instead:
+
+* tokens: the line split on fastText's whitespace (Arrow ``ascii_split_whitespace``: space,
+  ``\\t \\n \\v \\f \\r``), each distinct token of a batch once (Arrow ``dictionary_encode``);
+* per distinct token, cached across batches: the sum of its input-matrix rows and their number.
+  The ids are fastText's own (``getSubwords``: the word's id if it is in the vocabulary, then
+  its character n-grams that survived the model's pruning) and the rows come from fastText
+  (``get_input_vector``, which also decodes a quantized ``.ftz`` matrix);
+* the hidden vector of a line is the mean of the rows of all its tokens' ids plus the
+  end-of-sentence token, as in fastText's ``computeHidden``;
+* the output layer is fastText's Huffman tree over the labels (``buildTree``, rebuilt here from
+  the label counts), walked from the root by always taking the more probable child.
+
+**Exactness.** The hidden vector is summed in another order than fastText's (float rounding,
+about 1e-7 relative), so a probability can differ from fastText's by about 1e-6. The answer
+given here is fastText's own, line for line, because:
+
+* the greedy walk finds the most probable label whenever that label has probability above
+  one half (every other label then has less, so at each node the branch holding it is the
+  more probable one), and fastText's depth-first search returns that same label: fastText
+  scores with ``log(p + 1e-5)``, which makes the leaves' total slightly above 1, and
+  :attr:`BatchPredictor.sure` (0.5 plus that excess plus 1e-3) keeps well clear of it;
+* every line whose greedy probability is below :attr:`BatchPredictor.sure`, or within 1e-4 of
+  one of the caller's ``thresholds``, is predicted again by fastText itself, as are the rare
+  lines that fastText reads differently from a plain whitespace split: a token ``</s>`` (fastText
+  ends the line there) or a NUL character (a separator for fastText, not for Arrow).
+
+Lines with a token longer than ``MAX_TOKEN_BYTES`` (Chinese and Japanese text, which has no
+spaces; URLs) also go to fastText: such a token hardly ever comes back, so caching it gains
+nothing.
+
+So labels, and decisions against the thresholds, are fastText's; probabilities of the lines
+not sent back to fastText agree with it to about 1e-6.
+
+Models this does not cover (another loss, word n-grams, a quantized output matrix) are
+refused by :func:`batch_predictor`, which then returns None, and the caller uses fastText's
+``predict`` for every line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops.uint64_table import KeyIndex, splitmix64
+
+log = logging.getLogger(__name__)
+
+EOS = "</s>"
+LABEL_PREFIX = "__label__"
+# how close a probability may come to one of the caller's thresholds before fastText decides
+THRESHOLD_GUARD = 1e-4
+# longer tokens are not cached: their lines go to fastText
+MAX_TOKEN_BYTES = 64
+# distinct tokens cached per predictor; when full the cache starts again (frequent tokens come
+# straight back): 16 floats + a count + ~20 bytes of table per token, about 90 MB
+MAX_CACHED_TOKENS = 1 << 20
+
+
+def batch_predictor(model) -> BatchPredictor | None:
+    """A :class:`BatchPredictor` for the loaded fastText ``model``, or None (with the reason
+    logged at debug level) when the model is not one it reproduces exactly."""
+    args = model.f.getArgs()
+    reasons = []
+    if args.model.name != "supervised":
+        reasons.append(f"model {args.model.name}")
+    if args.loss.name != "hs":
+        reasons.append(f"loss {args.loss.name} (only hierarchical softmax)")
+    if args.wordNgrams != 1:
+        reasons.append(f"wordNgrams {args.wordNgrams}")
+    if model.f.isQuant() and args.qout:
+        reasons.append("a quantized output matrix")
+    if model.get_word_id(EOS) < 0:
+        reasons.append(f"no {EOS} word")
+    if reasons:
+        log.debug("fastText's own predict is used: the model has %s", ", ".join(reasons))
+        return None
+    return BatchPredictor(model)
+
+
+class BatchPredictor:
+    """Most likely label (its index in ``model.labels``) and probability for each line.
+
+    Args:
+        model: a loaded fastText supervised model with a hierarchical-softmax output, word
+            n-grams 1 and a dense output matrix (see :func:`batch_predictor`).
+        max_cached_tokens: distinct tokens kept between batches.
+    """
+
+    def __init__(self, model, *, max_cached_tokens: int = MAX_CACHED_TOKENS) -> None:
+        self._model = model
+        self._output = np.array(model.f.getOutputMatrix(), dtype=np.float64)
+        _, counts = model.get_labels(include_freq=True)
+        self.n_labels = len(counts)
+        self._left, self._right, depth = huffman_tree(np.asarray(counts, dtype=np.int64))
+        self._root = 2 * self.n_labels - 2
+        # fastText's std_log(p) = log(p + 1e-5): the two branches of a node sum to 1 + 2e-5, so
+        # all leaves together to at most (1 + 2e-5)^depth
+        excess = (1 + 2e-5) ** depth - 1
+        self.sure = 0.5 * (1 + excess) + 1e-3
+        self.dim = self._output.shape[1]
+        self._max_cached = max_cached_tokens
+        self._tokens = KeyIndex(capacity=1 << 16)
+        self._sums = np.zeros((1 << 16, self.dim), dtype=np.float32)
+        self._counts = np.zeros(1 << 16, dtype=np.int64)
+        self._unusual = np.zeros(1 << 16, dtype=bool)  # "</s>" or holds a NUL
+        self._rows = np.zeros((0, self.dim), dtype=np.float32)
+        self._have_row = np.zeros(0, dtype=bool)
+        eos = np.array([model.get_word_id(EOS)], dtype=np.int64)
+        self._eos_row = self._input_rows(eos)[0].astype(np.float64)
+
+    def predict(
+        self, lines: pa.Array, thresholds: Sequence[float] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Label index (int64, into ``model.labels``) and probability (float32) per line.
+
+        ``lines`` is an Arrow string array without newlines inside a line (fastText reads
+        one line at a time); nulls count as empty lines. Lines whose probability lands within
+        1e-4 of one of ``thresholds`` are decided by fastText itself.
+        """
+        n = len(lines)
+        if lines.null_count:
+            lines = pc.fill_null(lines, "")
+        tokens = pc.ascii_split_whitespace(lines)
+        per_line = tokens.value_lengths().to_numpy(zero_copy_only=False)
+        flat = tokens.flatten()
+        line_of = np.repeat(np.arange(n), per_line)
+        size = pc.binary_length(flat).to_numpy(zero_copy_only=False)
+        # a long token (a line of Chinese, a URL) hardly ever comes back: fastText does its line
+        too_long = size > MAX_TOKEN_BYTES
+        cached = (size > 0) & ~too_long
+        flat, line_of = flat.filter(pa.array(cached)), line_of[cached]
+        encoded = pc.dictionary_encode(flat)
+        token_ids = self._token_ids(encoded.dictionary)[encoded.indices.to_numpy()]
+
+        n_ids = np.bincount(line_of, weights=self._counts[token_ids], minlength=n) + 1
+        sums = np.zeros((n, self.dim), dtype=np.float64)
+        if len(line_of):
+            starts = np.flatnonzero(np.r_[True, line_of[1:] != line_of[:-1]])
+            sums[line_of[starts]] = np.add.reduceat(
+                self._sums[token_ids], starts, axis=0, dtype=np.float64
+            )
+        hidden = (sums + self._eos_row) / n_ids[:, None]
+        labels, probs = self._walk(hidden)
+
+        redo = probs < self.sure
+        redo[np.repeat(np.arange(n), per_line)[too_long]] = True
+        for threshold in thresholds:
+            redo |= np.abs(probs - threshold) < THRESHOLD_GUARD
+        unusual = self._unusual[token_ids]
+        if unusual.any():
+            redo[line_of[unusual]] = True
+        probs = probs.astype(np.float32)
+        if redo.any():
+            rows = np.flatnonzero(redo)
+            labels[rows], probs[rows] = self._fasttext(lines.take(pa.array(rows)))
+        return labels, probs
+
+    def _walk(self, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """From the root to a leaf, always into the more probable child; the leaf's score is
+        fastText's sum of log(p + 1e-5) along the path."""
+        n, n_labels = len(hidden), self.n_labels
+        node = np.full(n, self._root, dtype=np.int64)
+        score = np.zeros(n, dtype=np.float64)
+        active = np.arange(n)
+        while len(active):
+            here = node[active]
+            logit = np.einsum("ij,ij->i", hidden[active], self._output[here - n_labels])
+            right = 1.0 / (1.0 + np.exp(-logit))
+            go_right = right > 0.5
+            score[active] += np.log(np.where(go_right, right, 1.0 - right) + 1e-5)
+            here = np.where(go_right, self._right[here], self._left[here])
+            node[active] = here
+            active = active[here >= n_labels]
+        return node, np.exp(score)
+
+    def _fasttext(self, lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """fastText's own prediction, for the lines the greedy walk cannot vouch for."""
+        labels, probs = self._model.f.multilinePredict(
+            [line + "\n" for line in lines.to_pylist()], 1, 0.0, "strict"
+        )
+        index = self._label_index()
+        return (
+            np.fromiter((index[label[0]] for label in labels), np.int64, len(labels)),
+            np.concatenate(probs).astype(np.float32),
+        )
+
+    def _label_index(self) -> dict[str, int]:
+        if not hasattr(self, "_labels_by_name"):
+            self._labels_by_name = {label: i for i, label in enumerate(self._model.labels)}
+        return self._labels_by_name
+
+    # ---- the token cache
+
+    def _token_ids(self, words: pa.Array) -> np.ndarray:
+        """Cache rows of the distinct tokens ``words``, computing the unseen ones."""
+        if not len(words):
+            return np.zeros(0, dtype=np.int64)
+        keys = token_hashes(words)
+        if len(self._tokens) + len(keys) > self._max_cached:
+            self._tokens.clear()
+        ids, new = self._tokens.ids(keys)
+        if new.any():
+            self._add_tokens(ids[new], words.filter(pa.array(new)).to_pylist())
+        return ids
+
+    def _add_tokens(self, ids: np.ndarray, words: list[str]) -> None:
+        needed = int(ids.max()) + 1
+        if needed > len(self._counts):
+            size = max(needed, 2 * len(self._counts))
+            self._sums = _resized(self._sums, size)
+            self._counts = _resized(self._counts, size)
+            self._unusual = _resized(self._unusual, size)
+        get_subwords = self._model.f.getSubwords
+        id_lists = [
+            () if word.startswith(LABEL_PREFIX) else get_subwords(word, "strict")[1]
+            for word in words
+        ]
+        lengths = np.fromiter(map(len, id_lists), np.int64, len(id_lists))
+        sums = np.zeros((len(words), self.dim), dtype=np.float32)
+        if lengths.sum():
+            flat = np.concatenate([np.asarray(ids_, dtype=np.int64) for ids_ in id_lists])
+            has = np.flatnonzero(lengths)
+            starts = np.r_[0, np.cumsum(lengths[has])[:-1]]
+            sums[has] = np.add.reduceat(self._input_rows(flat), starts, axis=0)
+        self._sums[ids] = sums
+        self._counts[ids] = lengths
+        self._unusual[ids] = [word == EOS or "\0" in word for word in words]
+
+    def _input_rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of the input matrix (decoded by fastText, cached as float32)."""
+        if len(ids) and int(ids.max()) >= len(self._have_row):
+            size = max(int(ids.max()) + 1, 2 * len(self._have_row))
+            self._rows = _resized(self._rows, size)
+            self._have_row = _resized(self._have_row, size)
+        missing = np.unique(ids[~self._have_row[ids]])
+        for row in missing.tolist():
+            self._rows[row] = self._model.get_input_vector(row)
+        self._have_row[missing] = True
+        return self._rows[ids]
+
+
+def _resized(array: np.ndarray, size: int) -> np.ndarray:
+    grown = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
+def huffman_tree(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """fastText's ``HierarchicalSoftmaxLoss::buildTree``: the left and right child of every
+    node (leaves ``0..n-1`` are the labels, sorted by decreasing count; internal nodes
+    ``n..2n-2``, the root last) and the depth of the deepest leaf."""
+    n = len(counts)
+    count = np.full(2 * n - 1, 10**15, dtype=np.int64)
+    count[:n] = counts
+    left = np.full(2 * n - 1, -1, dtype=np.int64)
+    right = np.full(2 * n - 1, -1, dtype=np.int64)
+    leaf, node = n - 1, n
+    for i in range(n, 2 * n - 1):
+        smallest = []
+        for _ in range(2):
+            if leaf >= 0 and count[leaf] < count[node]:
+                smallest.append(leaf)
+                leaf -= 1
+            else:
+                smallest.append(node)
+                node += 1
+        left[i], right[i] = smallest
+        count[i] = count[smallest[0]] + count[smallest[1]]
+    depth = np.zeros(2 * n - 1, dtype=np.int64)
+    for i in range(2 * n - 2, n - 1, -1):  # parents come after their children
+        depth[left[i]] = depth[right[i]] = depth[i] + 1
+    return left, right, int(depth[:n].max(initial=0))
+
+
+def token_hashes(words: pa.Array) -> np.ndarray:
+    """A 64-bit hash of each (non-empty) string of ``words``, vectorized over its UTF-8 bytes:
+    the mixed sum of one mixed value per (byte, position) plus the length. Two different
+    tokens share a hash with probability about 2^-64."""
+    offsets = np.frombuffer(words.buffers()[1], dtype=np.int32)[
+        words.offset : words.offset + len(words) + 1
+    ].astype(np.int64)
+    data = np.frombuffer(words.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    lengths = np.diff(offsets)
+    position = np.arange(len(data), dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0], lengths)
+    per_byte = splitmix64((data.astype(np.uint64) << np.uint64(32)) | position.astype(np.uint64))
+    with np.errstate(over="ignore"):
+        summed = np.add.reduceat(per_byte, offsets[:-1] - offsets[0]) if len(data) else per_byte
+        return splitmix64(summed ^ (lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
