@@ -8,8 +8,9 @@ does that work once per distinct token instead:
 * tokens: the line split on fastText's whitespace (Arrow ``ascii_split_whitespace``: space,
   ``\\t \\n \\v \\f \\r``), each distinct token of a batch once (Arrow ``dictionary_encode``);
 * per distinct token, cached across batches: the sum of its input-matrix rows and their number.
-  The ids are fastText's own (``getSubwords``: the word's id if it is in the vocabulary, then
-  its character n-grams that survived the model's pruning) and the rows come from fastText
+  The ids are what fastText's ``getSubwords`` gives (the word's id if it is in the vocabulary,
+  then its character n-grams that survived the model's pruning), computed for a whole batch of
+  new tokens at once by :mod:`ops.fasttext_subwords`; the rows come from fastText
   (``get_input_vector``, which also decodes a quantized ``.ftz`` matrix);
 * the hidden vector of a line is the mean of the rows of all its tokens' ids plus the
   end-of-sentence token, as in fastText's ``computeHidden``;
@@ -46,11 +47,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ops.fasttext_subwords import SubwordIndex, subword_index
 from ops.uint64_table import KeyIndex, splitmix64
 
 log = logging.getLogger(__name__)
@@ -66,9 +69,10 @@ MAX_TOKEN_BYTES = 64
 MAX_CACHED_TOKENS = 1 << 20
 
 
-def batch_predictor(model) -> BatchPredictor | None:
-    """A :class:`BatchPredictor` for the loaded fastText ``model``, or None (with the reason
-    logged at debug level) when the model is not one it reproduces exactly."""
+def batch_predictor(model, path: str | Path | None = None) -> BatchPredictor | None:
+    """A :class:`BatchPredictor` for the loaded fastText ``model`` (read from ``path``, whose
+    n-gram pruning map it reads), or None (with the reason logged at debug level) when the
+    model is not one it reproduces exactly."""
     args = model.f.getArgs()
     reasons = []
     if args.model.name != "supervised":
@@ -84,7 +88,7 @@ def batch_predictor(model) -> BatchPredictor | None:
     if reasons:
         log.debug("fastText's own predict is used: the model has %s", ", ".join(reasons))
         return None
-    return BatchPredictor(model)
+    return BatchPredictor(model, subwords=subword_index(model, path) if path else None)
 
 
 class BatchPredictor:
@@ -93,11 +97,20 @@ class BatchPredictor:
     Args:
         model: a loaded fastText supervised model with a hierarchical-softmax output, word
             n-grams 1 and a dense output matrix (see :func:`batch_predictor`).
+        subwords: computes the subword ids of new tokens a batch at a time; None asks
+            fastText's ``getSubwords`` one token at a time (about 4x slower).
         max_cached_tokens: distinct tokens kept between batches.
     """
 
-    def __init__(self, model, *, max_cached_tokens: int = MAX_CACHED_TOKENS) -> None:
+    def __init__(
+        self,
+        model,
+        *,
+        subwords: SubwordIndex | None = None,
+        max_cached_tokens: int = MAX_CACHED_TOKENS,
+    ) -> None:
         self._model = model
+        self._subwords = subwords
         self._output = np.array(model.f.getOutputMatrix(), dtype=np.float64)
         _, counts = model.get_labels(include_freq=True)
         self.n_labels = len(counts)
@@ -210,31 +223,41 @@ class BatchPredictor:
             self._tokens.clear()
         ids, new = self._tokens.ids(keys)
         if new.any():
-            self._add_tokens(ids[new], words.filter(pa.array(new)).to_pylist())
+            self._add_tokens(ids[new], words.filter(pa.array(new)))
         return ids
 
-    def _add_tokens(self, ids: np.ndarray, words: list[str]) -> None:
+    def _add_tokens(self, ids: np.ndarray, words: pa.Array) -> None:
         needed = int(ids.max()) + 1
         if needed > len(self._counts):
             size = max(needed, 2 * len(self._counts))
             self._sums = _resized(self._sums, size)
             self._counts = _resized(self._counts, size)
             self._unusual = _resized(self._unusual, size)
-        get_subwords = self._model.f.getSubwords
-        id_lists = [
-            () if word.startswith(LABEL_PREFIX) else get_subwords(word, "strict")[1]
-            for word in words
-        ]
-        lengths = np.fromiter(map(len, id_lists), np.int64, len(id_lists))
+        flat, lengths = self._subword_ids(words)
+        # a label-like token adds nothing to fastText's line
+        label_like = pc.starts_with(words, LABEL_PREFIX).to_numpy(zero_copy_only=False)
+        if label_like.any():
+            flat = flat[~np.repeat(label_like, lengths)]
+            lengths = np.where(label_like, 0, lengths)
         sums = np.zeros((len(words), self.dim), dtype=np.float32)
-        if lengths.sum():
-            flat = np.concatenate([np.asarray(ids_, dtype=np.int64) for ids_ in id_lists])
+        if len(flat):
             has = np.flatnonzero(lengths)
             starts = np.r_[0, np.cumsum(lengths[has])[:-1]]
             sums[has] = np.add.reduceat(self._input_rows(flat), starts, axis=0)
         self._sums[ids] = sums
         self._counts[ids] = lengths
-        self._unusual[ids] = [word == EOS or "\0" in word for word in words]
+        unusual = pc.or_(pc.equal(words, EOS), pc.match_substring(words, "\0"))
+        self._unusual[ids] = unusual.to_numpy(zero_copy_only=False)
+
+    def _subword_ids(self, words: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """fastText's subword ids of each token: ``(flat ids, per-token counts)``."""
+        if self._subwords is not None:
+            return self._subwords.ids(words)
+        get_subwords = self._model.f.getSubwords
+        id_lists = [get_subwords(word, "strict")[1] for word in words.to_pylist()]
+        lengths = np.fromiter(map(len, id_lists), np.int64, len(id_lists))
+        flat = np.concatenate([np.asarray(ids_, dtype=np.int64) for ids_ in id_lists])
+        return flat, lengths
 
     def _input_rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of the input matrix (decoded by fastText, cached as float32)."""

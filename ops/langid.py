@@ -88,7 +88,7 @@ class LanguageIdentifier:
         self._label_index = {label: index for index, label in enumerate(self.label_list)}
         _check_binding(self._model)
         self.batched = batched
-        self._batch = batch_predictor(self._model) if batched else None
+        self._batch = batch_predictor(self._model, self.model_path) if batched else None
         self._from_model_order = np.array(
             [self._label_index[label.removeprefix(_LABEL_PREFIX)] for label in self._model.labels],
             dtype=np.int16,

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from ops.fasttext_batch import BatchPredictor, batch_predictor, huffman_tree, token_hashes
+from ops.fasttext_subwords import read_pruning, subword_index
 from ops.langid import LanguageIdentifier, default_model_path
 from ops.text_io import read_aligned
 from ops.uint64_table import KeyIndex
@@ -80,9 +81,13 @@ def assert_same_as_fasttext(predictor: BatchPredictor, model, lines: list[str], 
         np.testing.assert_array_equal(kept, expected_probs[start : start + batch] >= 0.5)
 
 
-def test_lid176_labels_and_probabilities_are_fasttexts(lid_model) -> None:
-    predictor = batch_predictor(lid_model)
+@pytest.mark.parametrize(
+    "vectorized_subwords", [True, False], ids=["numpy-subwords", "getSubwords"]
+)
+def test_lid176_labels_and_probabilities_are_fasttexts(lid_model, vectorized_subwords) -> None:
+    predictor = batch_predictor(lid_model, default_model_path() if vectorized_subwords else None)
     assert predictor is not None
+    assert (predictor._subwords is not None) == vectorized_subwords
     lines = mixed_lines(3000, seed=1) + UNUSUAL + mixed_lines(3000, seed=2) + UNUSUAL
     assert_same_as_fasttext(predictor, lid_model, lines, batch=1000)
     # the token cache is warm now: the same lines again, in other batches
@@ -91,7 +96,7 @@ def test_lid176_labels_and_probabilities_are_fasttexts(lid_model) -> None:
 
 def test_most_clear_lines_take_the_fast_path(lid_model) -> None:
     # guards against a predictor that would pass the other tests by sending every line back
-    predictor = batch_predictor(lid_model)
+    predictor = batch_predictor(lid_model, default_model_path())
     lines = [SENTENCES[lang] for lang in SENTENCES] * 50
     sent_back: list[int] = []
     original = predictor._fasttext
@@ -102,7 +107,7 @@ def test_most_clear_lines_take_the_fast_path(lid_model) -> None:
 
 
 def test_lines_near_a_threshold_are_decided_by_fasttext(lid_model) -> None:
-    predictor = batch_predictor(lid_model)
+    predictor = batch_predictor(lid_model, default_model_path())
     lines = mixed_lines(400, seed=3)
     _, expected = fasttext_answers(lid_model, lines)
     _, fast = predictor.predict(pa.array(lines))
@@ -116,7 +121,8 @@ def test_lines_near_a_threshold_are_decided_by_fasttext(lid_model) -> None:
 
 
 def test_a_small_token_cache_starts_again_and_stays_exact(lid_model) -> None:
-    predictor = BatchPredictor(lid_model, max_cached_tokens=300)
+    subwords = subword_index(lid_model, default_model_path())
+    predictor = BatchPredictor(lid_model, subwords=subwords, max_cached_tokens=300)
     lines = mixed_lines(1500, seed=4)
     assert_same_as_fasttext(predictor, lid_model, lines, batch=100)
     assert len(predictor._tokens) <= 300
@@ -149,13 +155,23 @@ def train(path: Path, **settings):
                 raise
 
 
-@pytest.mark.parametrize("quantize", [False, True])
-def test_a_model_trained_here_dense_or_quantized(training_file: Path, quantize: bool) -> None:
+@pytest.fixture(scope="module", params=["dense", "quantized"])
+def trained_model(request, training_file: Path, tmp_path_factory):
+    """A small lid-like model trained here, with its file: as trained (every n-gram bucket
+    kept, dense rows), or quantized (pruned n-grams, product-quantized rows and norms)."""
     model = train(training_file, loss="hs", dim=8, minn=2, maxn=4, bucket=20_000, epoch=20, lr=0.5)
-    if quantize:  # pruned n-grams, product-quantized input rows with quantized norms
+    path = tmp_path_factory.mktemp("model") / "model.bin"
+    if request.param == "quantized":
         model.quantize(input=str(training_file), qnorm=True, cutoff=2000, retrain=False)
-    predictor = batch_predictor(model)
-    assert predictor is not None
+        path = path.with_suffix(".ftz")
+    model.save_model(str(path))
+    return model, path
+
+
+def test_a_model_trained_here_dense_or_quantized(trained_model) -> None:
+    model, path = trained_model
+    predictor = batch_predictor(model, path)
+    assert predictor is not None and predictor._subwords is not None
     lines = mixed_lines(2000, seed=5) + UNUSUAL
     assert_same_as_fasttext(predictor, model, lines, batch=500)
     _, probs = predictor.predict(pa.array([SENTENCES[lang] for lang in SENTENCES]))
@@ -195,6 +211,45 @@ def test_the_identifier_can_use_fasttext_for_every_line() -> None:
     assert identifier._batch is None
     codes, probs = identifier.predict([SENTENCES["de"], SENTENCES["ru"]])
     assert codes == ["de", "ru"] and (probs > 0.5).all()
+
+
+def subword_tokens() -> pa.Array:
+    """Tokens of every kind: words in the vocabulary, made-up words, one and two characters,
+    every UTF-8 length, BOW/EOW look-alikes, bytes that are negative as int8."""
+    rng = random.Random(7)
+    tokens = {word for line in mixed_lines(500, seed=8) for word in line.split()}
+    tokens |= {"a", "é", "中", "🙂", "<", ">", "<a>", "de", "the", "Ω≈ç√", "x" * 70, "</s>x"}
+    alphabet = "ab<>éÿĀЖ中￿🙂􏿽"
+    tokens |= {"".join(rng.choices(alphabet, k=rng.randint(1, 9))) for _ in range(3000)}
+    return pa.array(sorted(tokens))
+
+
+def assert_same_subwords(model, path) -> None:
+    index = subword_index(model, path)
+    assert index is not None
+    tokens = subword_tokens()
+    flat, counts = index.ids(tokens)
+    starts = np.r_[0, np.cumsum(counts)]
+    for i, token in enumerate(tokens.to_pylist()):
+        expected = np.sort(np.asarray(model.f.getSubwords(token, "strict")[1], dtype=np.int64))
+        assert np.array_equal(np.sort(flat[starts[i] : starts[i + 1]]), expected), token
+
+
+def test_subword_ids_are_fasttexts_for_lid176(lid_model) -> None:
+    assert_same_subwords(lid_model, default_model_path())
+
+
+def test_subword_ids_are_fasttexts_for_a_model_trained_here(trained_model) -> None:
+    assert_same_subwords(*trained_model)
+
+
+def test_a_file_in_another_format_has_no_pruning_map(tmp_path: Path, lid_model) -> None:
+    other = tmp_path / "not-fasttext.bin"
+    other.write_bytes(b"\x00" * 200)
+    assert read_pruning(other) is None
+    assert subword_index(lid_model, other) is None
+    size, hashes, rows = read_pruning(default_model_path())
+    assert size == len(hashes) == len(rows) > 0
 
 
 def test_huffman_tree_matches_fasttexts_construction() -> None:
