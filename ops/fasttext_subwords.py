@@ -76,7 +76,7 @@ class SubwordIndex:
         size, hashes, rows = pruning
         self._row_of_hash: np.ndarray | None = None  # None: every bucket is a row
         if size >= 0:
-            self._row_of_hash = np.full(bucket, -1, dtype=np.int64)
+            self._row_of_hash = np.full(bucket, -1, dtype=np.int32)
             self._row_of_hash[hashes] = rows
 
     def ids(self, tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
