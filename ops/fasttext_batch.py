@@ -188,7 +188,8 @@ class BatchPredictor:
         while len(active):
             here = node[active]
             logit = np.einsum("ij,ij->i", hidden[active], self._output[here - n_labels])
-            right = 1.0 / (1.0 + np.exp(-logit))
+            with np.errstate(over="ignore"):  # exp(-logit) = inf: right = 0, as in fastText
+                right = 1.0 / (1.0 + np.exp(-logit))
             go_right = right > 0.5
             score[active] += np.log(np.where(go_right, right, 1.0 - right) + 1e-5)
             here = np.where(go_right, self._right[here], self._left[here])
