@@ -165,7 +165,7 @@ class BatchPredictor:
         hidden = (sums + self._eos_row) / n_ids[:, None]
         labels, probs = self._walk(hidden)
 
-        redo = probs < self.sure
+        redo = ~(probs >= self.sure)  # NaN too: fastText then raises on it, as it does
         redo[np.repeat(np.arange(n), per_line)[too_long]] = True
         for threshold in thresholds:
             redo |= np.abs(probs - threshold) < THRESHOLD_GUARD
