@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ops.ordered_pool import ordered_map
-from ops.pair_files import iter_pair_batches
+from ops.pair_files import iter_pair_batches, pair_columns
 from ops.stage_report import StageReport
 from psp_core.csr import TokenBatch
 from psp_core.tokenizer import Tokenizer
@@ -124,10 +124,6 @@ def _tokenizer_settings(tokenizer: Tokenizer) -> dict:
     )
 
 
-def _batch_columns(batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
-    return batch.column("src"), batch.column("tgt")
-
-
 def encoded_batches(
     input: str | Path, tokenizer: Tokenizer, *, batch_size: int, workers: int
 ) -> Iterator[tuple[TokenBatch, TokenBatch]]:
@@ -139,12 +135,12 @@ def encoded_batches(
     batches = iter_pair_batches(input, batch_size)
     if workers <= 1:
         for batch in batches:
-            yield encode_columns(tokenizer, *_batch_columns(batch))
+            yield encode_columns(tokenizer, *pair_columns(batch))
         return
     for _, encoded in ordered_map(
         _encode_in_worker,
         batches,
-        payload=_batch_columns,
+        payload=pair_columns,
         workers=workers,
         initializer=_init_worker,
         initargs=(tokenizer.model_proto, _tokenizer_settings(tokenizer)),

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from ops.fasttext_batch import batch_predictor
 from ops.ordered_pool import ordered_map
-from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
+from ops.pair_files import PairWriter, iter_pair_batches, pair_columns, pair_file_info
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def filter_language(
         for batch, predictions in ordered_map(
             _identify_sides,
             iter_pair_batches(input, batch_size),
-            payload=lambda batch: (batch.column("src"), batch.column("tgt")),
+            payload=pair_columns,
             workers=workers,
             initializer=_init_worker,
             initargs=(identifier, (minimum["src"], minimum["tgt"])),

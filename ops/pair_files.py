@@ -169,6 +169,12 @@ def pair_file_info(path: str | Path) -> tuple[int, str, str, bool]:
     )
 
 
+def pair_columns(batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
+    """A batch's ``(src, tgt)`` text columns: what the worker-process stages send a worker
+    (Arrow arrays pickle as their buffers, no Python string per line)."""
+    return batch.column("src"), batch.column("tgt")
+
+
 def iter_pair_batches(
     path: str | Path, batch_size: int = DEFAULT_BATCH
 ) -> Iterator[pa.RecordBatch]:

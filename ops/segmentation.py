@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ops.ordered_pool import ordered_map
-from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
+from ops.pair_files import PairWriter, iter_pair_batches, pair_columns, pair_file_info
 from ops.stage_report import StageReport
 from psp_core.tokenizer import make_pretokenizer
 
@@ -79,7 +79,7 @@ def segment_pairs(
         for batch, (src, tgt) in ordered_map(
             _segment_sides,
             iter_pair_batches(input, batch_size),
-            payload=lambda batch: (batch.column("src"), batch.column("tgt")),
+            payload=pair_columns,
             workers=workers,
             initializer=_init_worker,
             initargs=(str(cache_dir),),
