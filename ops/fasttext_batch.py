@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.fasttext_subwords import SubwordIndex, subword_index
+from ops.fasttext_subwords import SubwordIndex, subword_index, utf8_view
 from ops.uint64_table import KeyIndex, splitmix64
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,7 @@ class BatchPredictor:
         self._output = np.array(model.f.getOutputMatrix(), dtype=np.float64)
         _, counts = model.get_labels(include_freq=True)
         self.n_labels = len(counts)
+        self._label_index = {label: i for i, label in enumerate(model.labels)}
         self._left, self._right, depth = huffman_tree(np.asarray(counts, dtype=np.int64))
         self._root = 2 * self.n_labels - 2
         # fastText's std_log(p) = log(p + 1e-5): the two branches of a node sum to 1 + 2e-5, so
@@ -136,22 +137,20 @@ class BatchPredictor:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Label index (int64, into ``model.labels``) and probability (float32) per line.
 
-        ``lines`` is an Arrow string array without newlines inside a line (fastText reads
-        one line at a time); nulls count as empty lines. Lines whose probability lands within
+        ``lines`` is an Arrow string array without nulls or newlines inside a line (fastText
+        reads one line at a time). Lines whose probability lands within
         1e-4 of one of ``thresholds`` are decided by fastText itself.
         """
         n = len(lines)
-        if lines.null_count:
-            lines = pc.fill_null(lines, "")
         tokens = pc.ascii_split_whitespace(lines)
         per_line = tokens.value_lengths().to_numpy(zero_copy_only=False)
+        line_of_token = np.repeat(np.arange(n), per_line)
         flat = tokens.flatten()
-        line_of = np.repeat(np.arange(n), per_line)
         size = pc.binary_length(flat).to_numpy(zero_copy_only=False)
         # a long token (a line of Chinese, a URL) hardly ever comes back: fastText does its line
         too_long = size > MAX_TOKEN_BYTES
         cached = (size > 0) & ~too_long
-        flat, line_of = flat.filter(pa.array(cached)), line_of[cached]
+        flat, line_of = flat.filter(pa.array(cached)), line_of_token[cached]
         encoded = pc.dictionary_encode(flat)
         token_ids = self._token_ids(encoded.dictionary)[encoded.indices.to_numpy()]
 
@@ -166,7 +165,7 @@ class BatchPredictor:
         labels, probs = self._walk(hidden)
 
         redo = ~(probs >= self.sure)  # NaN too: fastText then raises on it, as it does
-        redo[np.repeat(np.arange(n), per_line)[too_long]] = True
+        redo[line_of_token[too_long]] = True
         for threshold in thresholds:
             redo |= np.abs(probs - threshold) < THRESHOLD_GUARD
         unusual = self._unusual[token_ids]
@@ -202,16 +201,11 @@ class BatchPredictor:
         labels, probs = self._model.f.multilinePredict(
             [line + "\n" for line in lines.to_pylist()], 1, 0.0, "strict"
         )
-        index = self._label_index()
+        index = self._label_index
         return (
             np.fromiter((index[label[0]] for label in labels), np.int64, len(labels)),
             np.concatenate(probs).astype(np.float32),
         )
-
-    def _label_index(self) -> dict[str, int]:
-        if not hasattr(self, "_labels_by_name"):
-            self._labels_by_name = {label: i for i, label in enumerate(self._model.labels)}
-        return self._labels_by_name
 
     # ---- the token cache
 
@@ -310,13 +304,9 @@ def token_hashes(words: pa.Array) -> np.ndarray:
     """A 64-bit hash of each (non-empty) string of ``words``, vectorized over its UTF-8 bytes:
     the mixed sum of one mixed value per (byte, position) plus the length. Two different
     tokens share a hash with probability about 2^-64."""
-    offsets = np.frombuffer(words.buffers()[1], dtype=np.int32)[
-        words.offset : words.offset + len(words) + 1
-    ].astype(np.int64)
-    data = np.frombuffer(words.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
-    lengths = np.diff(offsets)
-    position = np.arange(len(data), dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0], lengths)
+    starts, lengths, data = utf8_view(words)
+    position = np.arange(len(data), dtype=np.int64) - np.repeat(starts, lengths)
     per_byte = splitmix64((data.astype(np.uint64) << np.uint64(32)) | position.astype(np.uint64))
     with np.errstate(over="ignore"):
-        summed = np.add.reduceat(per_byte, offsets[:-1] - offsets[0]) if len(data) else per_byte
+        summed = np.add.reduceat(per_byte, starts) if len(data) else per_byte
         return splitmix64(summed ^ (lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))

@@ -52,6 +52,16 @@ def read_pruning(path: str | Path) -> tuple[int, np.ndarray, np.ndarray] | None:
         return prune_size, pairs[0::2].astype(np.int64), pairs[1::2].astype(np.int64)
 
 
+def utf8_view(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(starts, lengths, data)`` of an Arrow string array, without copying its bytes: string
+    ``i`` is ``data[starts[i] : starts[i] + lengths[i]]`` (UTF-8), whatever the array's offset."""
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)[
+        strings.offset : strings.offset + len(strings) + 1
+    ].astype(np.int64)
+    data = np.frombuffer(strings.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
+    return offsets[:-1] - offsets[0], np.diff(offsets), data
+
+
 class SubwordIndex:
     """Vectorized ``getSubwords``: see the module docstring.
 
@@ -93,19 +103,13 @@ class SubwordIndex:
 
     def _ngram_ids(self, tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """``(token index, id)`` of every n-gram that survives pruning."""
-        offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int32)[
-            tokens.offset : tokens.offset + len(tokens) + 1
-        ].astype(np.int64)
-        data = np.frombuffer(tokens.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
-        lengths = np.diff(offsets)
+        starts, lengths, data = utf8_view(tokens)
         # "<" + token + ">" for every token, one after the other
         ends = np.cumsum(lengths + 2)
         begins = ends - lengths - 2
         text = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint8)
         text[begins], text[ends - 1] = _BOW, _EOW
-        text[
-            np.arange(len(data)) + np.repeat(begins + 1 - (offsets[:-1] - offsets[0]), lengths)
-        ] = data
+        text[np.arange(len(data)) + np.repeat(begins + 1 - starts, lengths)] = data
         token_of = np.repeat(np.arange(len(tokens)), lengths + 2)
         continuation = (text & 0xC0) == 0x80
         signed = text.astype(np.uint32) | np.where(text >= 0x80, np.uint32(0xFFFFFF00), 0).astype(
