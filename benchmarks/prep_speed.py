@@ -220,6 +220,7 @@ def library_floor(work_dir: Path, n_pairs: int = 16_384, repeats: int = 3) -> di
     raw = next(iter_pair_batches(work_dir / "raw.parquet", n_pairs))
     lowered = next(iter_pair_batches(work_dir / "shuffle.parquet", n_pairs))
     identifier = LanguageIdentifier()
+    fasttext_only = LanguageIdentifier(batched=False)
     tokenizer = packing_tokenizer(work_dir / "spm.model", num_threads=1)
     raw_lines = raw.column("src").to_pylist() + raw.column("tgt").to_pylist()
     sentences = lowered.column("src").to_pylist() + lowered.column("tgt").to_pylist()
@@ -239,7 +240,7 @@ def library_floor(work_dir: Path, n_pairs: int = 16_384, repeats: int = 3) -> di
     columns = [raw.column("src"), raw.column("tgt")]
     batched_langid(columns)  # warm the token cache
     langid_us = best(batched_langid, columns, raw.num_rows)
-    fasttext_us = best(identifier._predict_single_lines, raw_lines, raw.num_rows)
+    fasttext_us = best(fasttext_only.predict, raw_lines, raw.num_rows)
     sentencepiece_us = best(
         lambda lines: tokenizer.processor.Encode(lines, out_type=int, num_threads=1),
         sentences,
