@@ -38,6 +38,7 @@ from ops.dedup import deduplicate
 from ops.encoding import encode_and_pack, packing_tokenizer
 from ops.filters import FilterConfig, filter_pairs
 from ops.langid import DEFAULT_THRESHOLD, LanguageIdentifier, filter_language
+from ops.memory import release_free_memory
 from ops.pair_files import pair_file_info
 from ops.segmentation import segment_pairs
 from ops.sentencepiece_model import (
@@ -123,7 +124,7 @@ def prepare_corpus(
         num_threads: sentencepiece threads for training, and for encoding when ``workers <= 1``.
         workers: processes for language ID, jieba segmentation and encoding (libraries that use
             one core or hold the GIL); the files they write do not depend on it.
-        bucket_rows: rows per shuffle bucket (memory is about two buckets).
+        bucket_rows: rows per shuffle bucket (memory is about one bucket).
 
     Returns:
         The per-stage reports, the output paths (``training_file`` and ``spm_model`` among them)
@@ -159,6 +160,8 @@ def prepare_corpus(
         log.info("stage %s: writing %s", stage, output)
         started = time.perf_counter()
         report = body(output)
+        # the next stage starts from this process's base, not from this stage's peak
+        release_free_memory()
         if not isinstance(report, StageReport):  # spm returns the model path
             n_pairs = pair_file_info(inputs[0])[0]
             report = StageReport(stage, n_in=n_pairs, n_out=n_pairs).finish()
