@@ -6,8 +6,8 @@ with one ``argsort`` and Arrow ``take`` per batch, no per-row Python). Pass 2 re
 time, applies a random permutation to it and appends it to the output. Concatenating independently
 permuted buckets of a uniformly random partition gives a uniformly random order of the whole file.
 
-Memory is one bucket (about ``bucket_rows`` rows, twice while it is being permuted) plus one input
-batch; disk is one extra copy of the data (LZ4-compressed), removed as soon as it is consumed, and
+Memory is one bucket (about ``bucket_rows`` rows) plus a few slices of 131,072 rows being
+written; disk is one extra copy of the data (LZ4-compressed), removed as soon as it is consumed, and
 in any case when the function leaves, even on error.
 """
 
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_ROWS = 500_000
 _SCATTER_BATCH = 131_072
+_WRITE_SLICE = 131_072  # one row group of the output
 
 
 def bucket_count(n_rows: int, bucket_rows: int = DEFAULT_BUCKET_ROWS) -> int:
@@ -54,7 +55,7 @@ def shuffle_pairs(
         output: pair file written atomically (temporary name, renamed when complete).
         seed: the same seed and input give the same order; another seed another order.
         work_dir: directory for the temporary buckets (needs about the input's size free).
-        bucket_rows: expected rows per bucket; peak memory is about two buckets.
+        bucket_rows: expected rows per bucket; peak memory is about one bucket.
     """
     report = StageReport("shuffle")
     n_rows, src_lang, tgt_lang, has_score = pair_file_info(input)
@@ -72,12 +73,14 @@ def shuffle_pairs(
         ) as writer:
             for path in bucket_paths:
                 with pa.OSFile(str(path), "rb") as source:
-                    bucket = ipc.open_file(source).read_all()
-                if bucket.num_rows:
-                    permuted = bucket.take(pa.array(rng.permutation(bucket.num_rows)))
-                    del bucket
-                    writer.write_batch(permuted.combine_chunks())
-                    del permuted
+                    bucket = ipc.open_file(source).read_all().combine_chunks()
+                permutation = rng.permutation(bucket.num_rows)
+                # written a slice at a time: the writer thread compresses one slice while the
+                # next is gathered, and at most a few slices wait besides the bucket
+                for start in range(0, bucket.num_rows, _WRITE_SLICE):
+                    rows = pa.array(permutation[start : start + _WRITE_SLICE])
+                    writer.write_batch(bucket.take(rows))
+                del bucket
                 path.unlink()
             report.n_out = writer.n_pairs
     return report.finish()
