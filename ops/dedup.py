@@ -32,13 +32,44 @@ def _lowercase_mismatch_pattern() -> str:
     """RE2 class of the characters whose Arrow lowercase differs from Python's ``str.lower``.
 
     Arrow (utf8proc) uses simple case mapping and a newer Unicode version; Python maps e.g.
-    ``İ`` to ``i̇`` and a word-final ``Σ`` to ``ς``. Computed once (about a second).
+    ``İ`` to ``i̇`` and a word-final ``Σ`` to ``ς``. Computed once per process, about 0.1 s:
+    see :func:`_lowercase_mismatches`.
     """
-    characters = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
-    lowered = pc.utf8_lower(pa.array(characters)).to_pylist()
-    differing = {c for c, low in zip(characters, lowered, strict=True) if c.lower() != low}
-    differing.add("\u03a3")  # Σ: Python lowercases it by context (final sigma)
-    return "[" + "".join(f"\\x{{{ord(c):x}}}" for c in sorted(differing)) + "]"
+    differing = _lowercase_mismatches()
+    differing.add(0x03A3)  # Σ: Python lowercases it by context (final sigma)
+    return "[" + "".join(f"\\x{{{code:x}}}" for code in sorted(differing)) + "]"
+
+
+def _lowercase_mismatches(block: int = 4096) -> set[int]:
+    """Code points ``c`` with ``pc.utf8_lower(chr(c)) != chr(c).lower()``, every surrogate
+    excepted.
+
+    Both lowercasings run on blocks of ``block`` characters at once and are compared as code
+    point arrays. Arrow maps each code point to one code point; Python's ``lower`` does too,
+    except for a few characters (``İ``) that become two: a block whose length changes is
+    compared one character at a time. Inside a block Python's final-sigma rule may lowercase
+    ``Σ`` by its neighbours, which is why the caller adds ``Σ`` whatever this finds.
+    """
+    codes = np.r_[np.arange(0xD800), np.arange(0xE000, 0x110000)].astype("<u4")
+    texts = [
+        codes[i : i + block].tobytes().decode("utf-32-le") for i in range(0, len(codes), block)
+    ]
+    arrow_lowered = pc.utf8_lower(pa.array(texts)).to_pylist()
+    differing: set[int] = set()
+    for text, arrow in zip(texts, arrow_lowered, strict=True):
+        python = text.lower()
+        if len(python) == len(text) == len(arrow):
+            py_codes = np.frombuffer(python.encode("utf-32-le"), "<u4")
+            arrow_codes = np.frombuffer(arrow.encode("utf-32-le"), "<u4")
+            differing.update(
+                np.frombuffer(text.encode("utf-32-le"), "<u4")[py_codes != arrow_codes].tolist()
+            )
+        else:
+            lowered = pc.utf8_lower(pa.array(list(text))).to_pylist()
+            differing.update(
+                ord(c) for c, low in zip(text, lowered, strict=True) if c.lower() != low
+            )
+    return differing
 
 
 def lowercase(texts: pa.Array) -> pa.Array:

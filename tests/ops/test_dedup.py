@@ -2,6 +2,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from ops.dedup import FingerprintSet, deduplicate, lowercase, pair_fingerprints
@@ -83,3 +84,14 @@ def test_real_bitext_dedup_removes_only_duplicates(tmp_path: Path) -> None:
     expected = list(dict.fromkeys((s.lower(), t.lower()) for s, t in pairs))
     assert list(iter_pairs(tmp_path / "out.parquet")) == expected
     assert report.dropped["duplicate"] == len(pairs) - len(expected) >= 1000
+
+
+@pytest.mark.parametrize("block", [4096, 61])
+def test_lowercase_mismatches_equal_the_per_character_definition(block: int) -> None:
+    from ops.dedup import _lowercase_mismatches
+
+    characters = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    lowered = pc.utf8_lower(pa.array(characters)).to_pylist()
+    expected = {ord(c) for c, low in zip(characters, lowered, strict=True) if c.lower() != low}
+    assert 0x130 in expected  # İ: two characters in Python, so a block is checked one by one
+    assert _lowercase_mismatches(block) == expected
