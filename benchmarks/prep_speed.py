@@ -7,8 +7,10 @@ every copy after the first has the words of each side shuffled (seeded), so the 
 distinct and deduplication has real work instead of collapsing the corpus back to 95k pairs;
 short sentences (few word orders) still give some duplicates.
 
-Each size then runs in a fresh child process (so its peak RSS is its own):
-``read_moses_zip_batches`` into the raw pair file, then :func:`ops.prepare.prepare_corpus`
+Each chain runs in a fresh child process (so its peak RSS is its own); with ``--repeats N`` the
+sizes take turns for N rounds (every other round in reverse order), so that the slow phases of a
+shared machine fall on every size alike, and the median chain of each size is reported. A
+chain is ``read_moses_zip_batches`` into the raw pair file, then :func:`ops.prepare.prepare_corpus`
 (langid -> filters -> dedup -> shuffle -> sentencepiece -> encode+pack). The child reports every
 stage's seconds and counts, ``ru_maxrss`` and ``VmHWM``.
 
@@ -72,7 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeats",
         type=int,
         default=1,
-        help="chains per size; the run with the median pairs/s (without spm) is reported",
+        help="rounds of one chain per size (sizes alternate); the chain with the median pairs/s "
+        "(without spm) of each size is reported",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     parser.add_argument(
@@ -419,18 +422,26 @@ def main(argv: list[str] | None = None) -> int:
     machine = _common.machine_info()
     cache_dir = args.results_dir / "prep_speed"
     zips = {n: build_zip(args.data_dir, cache_dir, args.lang, n, args.seed) for n in args.sizes}
+    # the sizes take turns (and every other round in reverse order), so that a slow phase of
+    # this shared machine falls on all sizes alike instead of on the repeats of one size
+    attempts: dict[int, list[dict]] = {n: [] for n in args.sizes}
+    for round_ in range(max(1, args.repeats)):
+        for n in args.sizes if round_ % 2 == 0 else args.sizes[::-1]:
+            attempts[n].append(run_size(args, zips[n], n))
     runs, repeated = [], {}
     for n in args.sizes:
-        attempts = sorted(
-            (run_size(args, zips[n], n) for _ in range(max(1, args.repeats))),
-            key=lambda run: run["without_spm_pairs_per_s"],
-        )
-        runs.append(attempts[(len(attempts) - 1) // 2])  # the median (the lower one if even)
-        repeated[str(n)] = [run["without_spm_pairs_per_s"] for run in attempts]
+        ranked = sorted(attempts[n], key=lambda run: run["without_spm_pairs_per_s"])
+        runs.append(ranked[(len(ranked) - 1) // 2])  # the median (the lower one if even)
+        repeated[str(n)] = [run["without_spm_pairs_per_s"] for run in ranked]
 
     smallest, largest = runs[0], runs[-1]
     size_ratio = largest["pairs"] / smallest["pairs"]
     time_ratio = largest["without_spm_s"] / smallest["without_spm_s"]
+    # the same ratio within each round (runs next to each other in time), for the spread
+    round_ratios = [
+        round(big["without_spm_s"] / small["without_spm_s"], 3)
+        for small, big in zip(attempts[args.sizes[0]], attempts[args.sizes[-1]], strict=True)
+    ]
     targets = {
         "pairs_per_s_without_spm": {
             "target": TARGET_PAIRS_PER_S,
@@ -450,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                 round(size_ratio * (1 + TARGET_LINEARITY), 2),
             ],
             "passed": abs(time_ratio / size_ratio - 1) <= TARGET_LINEARITY,
+            "per_round": round_ratios,
         },
         "peak_rss_mib": {
             "target_below": TARGET_RSS_MIB,
