@@ -3,8 +3,8 @@
 A token's ids are its word id when it is in the vocabulary, then one id per character n-gram of
 ``<token>`` (``minn..maxn`` characters, UTF-8 aware) whose FNV-1a hash modulo ``bucket``
 survived the model's pruning (``pruneidx``; every hash when the model was not pruned). This is
-what fastText's ``computeSubwords`` and ``pushHash`` do for one token at a time; here all the
-n-grams of a batch of tokens are hashed at once, byte position by byte position.
+what fastText's ``computeSubwords`` and ``pushHash`` do for one token at a time; here the n-grams
+of a batch of tokens are hashed together, one n-gram length at a time.
 
 The pruning map is not exposed by the Python binding, so :func:`read_pruning` reads it from the
 model file (fastText's binary format, version 12: header, arguments, dictionary entries, then
@@ -102,7 +102,14 @@ class SubwordIndex:
         return ids[order], np.bincount(owner, minlength=len(tokens))
 
     def _ngram_ids(self, tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """``(token index, id)`` of every n-gram that survives pruning."""
+        """``(token index, id)`` of every n-gram that survives pruning.
+
+        All n-grams of one length are hashed together: ``hashes[j]`` holds the hash of the
+        n-gram that starts at character ``j`` (of all tokens' characters, one after the
+        other), and the n-grams one character longer fold in the bytes of character ``j + n``.
+        Those are contiguous slices, so each step is one pass over the characters; only
+        characters of two bytes or more take the extra passes, on their own positions.
+        """
         starts, lengths, data = utf8_view(tokens)
         # "<" + token + ">" for every token, one after the other
         ends = np.cumsum(lengths + 2)
@@ -110,45 +117,49 @@ class SubwordIndex:
         text = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint8)
         text[begins], text[ends - 1] = _BOW, _EOW
         text[np.arange(len(data)) + np.repeat(begins + 1 - starts, lengths)] = data
-        token_of = np.repeat(np.arange(len(tokens)), lengths + 2)
-        continuation = (text & 0xC0) == 0x80
         signed = text.astype(np.uint32) | np.where(text >= 0x80, np.uint32(0xFFFFFF00), 0).astype(
             np.uint32
         )
-
-        start = np.flatnonzero(~continuation)  # an n-gram starts at every character
-        owner, first, end = token_of[start], begins[token_of[start]], ends[token_of[start]]
-        position = start.copy()
-        hashes = np.full(len(start), _FNV_OFFSET, dtype=np.uint32)
-        alive = np.arange(len(start))
-        found_owner, found_hash = [], []
+        # characters: a lead byte and the continuation bytes after it (fastText's definition)
+        lead = np.flatnonzero((text & 0xC0) != 0x80)
+        n_chars = len(lead)
+        char_bytes = np.diff(np.append(lead, len(text)))
+        # the ">" of each token is its last character
+        last = np.searchsorted(lead, ends - 1)
+        owner_of_char = np.repeat(np.arange(len(tokens)), np.diff(np.r_[-1, last]))
+        chars_after = last[owner_of_char] - np.arange(n_chars)  # in the same token
+        first_char = np.zeros(n_chars, dtype=bool)  # the "<"
+        first_char[np.searchsorted(lead, begins)] = True
+        byte = [signed[lead]] + [
+            signed[np.minimum(lead + b, len(text) - 1)]
+            for b in range(1, int(char_bytes.max(initial=1)))
+        ]
+        hashes = np.full(n_chars, _FNV_OFFSET, dtype=np.uint32)
+        found_owner, found_row = [], []
         with np.errstate(over="ignore"):
             for n in range(1, self.maxn + 1):
-                alive = alive[position[alive] < end[alive]]
-                # one character: its first byte, then its continuation bytes
-                at = position[alive]
-                hashes[alive] = (hashes[alive] ^ signed[at]) * _FNV_PRIME
-                position[alive] += 1
-                more = alive
-                for _ in range(3):
-                    more = more[position[more] < end[more]]
-                    more = more[continuation[position[more]]]
-                    if not len(more):
-                        break
-                    hashes[more] = (hashes[more] ^ signed[position[more]]) * _FNV_PRIME
-                    position[more] += 1
+                m = n_chars - n + 1  # n-grams starting at characters 0..m-1 end inside the text
+                if m <= 0:
+                    break
+                head = hashes[:m]
+                head ^= byte[0][n - 1 :]
+                head *= _FNV_PRIME
+                for b in range(1, len(byte)):
+                    at = np.flatnonzero(char_bytes[n - 1 :] > b)
+                    head[at] = (head[at] ^ byte[b][at + n - 1]) * _FNV_PRIME
                 if n >= self.minn:
-                    keep = alive
+                    keep = chars_after[:m] >= n - 1
                     if n == 1:
-                        keep = keep[(start[keep] != first[keep]) & (position[keep] != end[keep])]
-                    found_owner.append(owner[keep])
-                    found_hash.append(hashes[keep] % np.uint32(self.bucket))
-        owner = np.concatenate(found_owner) if found_owner else np.zeros(0, np.int64)
-        hashed = np.concatenate(found_hash).astype(np.int64) if found_hash else owner
-        if self._row_of_hash is not None:
-            rows = self._row_of_hash[hashed]
-            owner, hashed = owner[rows >= 0], rows[rows >= 0]
-        return owner, self.nwords + hashed
+                        keep &= ~first_char[:m] & (chars_after[:m] != 0)
+                    row = head % np.uint32(self.bucket)
+                    if self._row_of_hash is not None:  # pruned: only the n-grams with a row
+                        row = self._row_of_hash[row]
+                        keep &= row >= 0
+                    found_owner.append(owner_of_char[:m][keep])
+                    found_row.append(row[keep])
+        if not found_row:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(found_owner), self.nwords + np.concatenate(found_row).astype(np.int64)
 
 
 def subword_index(model, path: str | Path) -> SubwordIndex | None:

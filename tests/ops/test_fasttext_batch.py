@@ -147,7 +147,9 @@ def training_file(tmp_path_factory) -> Path:
 TRAIN = """
 import sys, numpy as np, fasttext
 data, out, quantize = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-model = fasttext.train_supervised(data, loss="hs", dim=8, minn=2, maxn=4, bucket=20000,
+# the dense model has one-character n-grams (fastText skips "<" and ">" alone) and longer ones
+minn, maxn = (2, 4) if quantize else (1, 5)
+model = fasttext.train_supervised(data, loss="hs", dim=8, minn=minn, maxn=maxn, bucket=20000,
                                   epoch=20, lr=0.3, thread=1, seed=1, verbose=0)
 if quantize:  # pruned n-grams, product-quantized input rows with quantized norms
     model.quantize(input=data, qnorm=True, cutoff=2000, retrain=False)
@@ -160,7 +162,8 @@ model.save_model(out)
 @pytest.fixture(scope="module", params=["dense", "quantized"])
 def trained_model(request, training_file: Path, tmp_path_factory):
     """A small lid-like model trained here, with its file: as trained (every n-gram bucket
-    kept, dense rows), or quantized (pruned n-grams, product-quantized rows and norms).
+    kept, dense rows, n-grams of 1 to 5 characters), or quantized (pruned n-grams of 2 to 4
+    characters, product-quantized rows and norms).
 
     Trained in a fresh process, tried up to 5 times: fastText's trainer in this binding
     sometimes stops with "Encountered NaN" on small data, or leaves weights whose own predict
