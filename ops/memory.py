@@ -4,9 +4,9 @@ Freed memory is not returned to the OS by default: Arrow's allocator (mimalloc o
 keeps freed pages for reuse, and glibc's ``malloc`` keeps freed chunks inside its heap. The
 preparation chain runs its stages one after the other in one process, so each stage would
 start with the previous stages' high-water mark still resident. That pushes the chain's peak
-RSS up (sentencepiece training, which needs hundreds of MiB of its own, started about 400 MiB
-higher than it needed to in the 1M-pair benchmark), and the worker processes forked by the
-next stage inherit a larger address space.
+RSS up (in one 1M-pair benchmark run sentencepiece training, which needs hundreds of MiB of
+its own, started at 862 MiB instead of about 400), and the worker processes forked by the next
+stage inherit a larger address space.
 
 :func:`release_free_memory` returns both allocators' free pages; it takes a few milliseconds.
 """
@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 from functools import cache
 
 import pyarrow as pa
-
-log = logging.getLogger(__name__)
 
 
 @cache
