@@ -19,8 +19,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,10 @@ class SubwordIndex:
         bucket: int,
         pruning: tuple[int, np.ndarray, np.ndarray],
     ) -> None:
-        self.words = pa.array(words, pa.string())
+        # hashed once: Arrow's index_in builds a set of the whole vocabulary again at every
+        # call (1,000 new tokens: 2 ms against lid.176.ftz's 7k words, 10 ms against 64k words,
+        # 0.5 s against 2M; pandas' lookup 0.4-1 ms for all three)
+        self._vocabulary = pd.Index(words, dtype=object)
         self.nwords = len(words)
         self.minn, self.maxn, self.bucket = minn, maxn, bucket
         size, hashes, rows = pruning
@@ -92,8 +95,7 @@ class SubwordIndex:
     def ids(self, tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """The ids of every token, as ``(flat ids, per-token counts)`` (each token's ids
         together, in token order; within a token in no particular order)."""
-        found = pc.index_in(tokens, value_set=self.words)
-        word_ids = pc.fill_null(found, -1).to_numpy(zero_copy_only=False)
+        word_ids = self._vocabulary.get_indexer(tokens.to_numpy(zero_copy_only=False))
         in_vocabulary = word_ids >= 0
         owner, ngram_ids = self._ngram_ids(tokens)
         owner = np.concatenate([np.flatnonzero(in_vocabulary), owner])
