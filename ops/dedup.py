@@ -51,19 +51,16 @@ def _lowercase_mismatches(block: int = 4096) -> set[int]:
     ``Σ`` by its neighbours, which is why the caller adds ``Σ`` whatever this finds.
     """
     codes = np.r_[np.arange(0xD800), np.arange(0xE000, 0x110000)].astype("<u4")
-    texts = [
-        codes[i : i + block].tobytes().decode("utf-32-le") for i in range(0, len(codes), block)
-    ]
+    blocks = [codes[i : i + block] for i in range(0, len(codes), block)]
+    texts = [block_codes.tobytes().decode("utf-32-le") for block_codes in blocks]
     arrow_lowered = pc.utf8_lower(pa.array(texts)).to_pylist()
     differing: set[int] = set()
-    for text, arrow in zip(texts, arrow_lowered, strict=True):
+    for block_codes, text, arrow in zip(blocks, texts, arrow_lowered, strict=True):
         python = text.lower()
         if len(python) == len(text) == len(arrow):
-            py_codes = np.frombuffer(python.encode("utf-32-le"), "<u4")
+            python_codes = np.frombuffer(python.encode("utf-32-le"), "<u4")
             arrow_codes = np.frombuffer(arrow.encode("utf-32-le"), "<u4")
-            differing.update(
-                np.frombuffer(text.encode("utf-32-le"), "<u4")[py_codes != arrow_codes].tolist()
-            )
+            differing.update(block_codes[python_codes != arrow_codes].tolist())
         else:
             lowered = pc.utf8_lower(pa.array(list(text))).to_pylist()
             differing.update(
