@@ -28,7 +28,7 @@ from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUCKET_ROWS = 500_000
+DEFAULT_BUCKET_ROWS = 250_000
 _SCATTER_BATCH = 131_072
 _WRITE_SLICE = 131_072  # one row group of the output
 
