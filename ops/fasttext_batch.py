@@ -67,6 +67,8 @@ MAX_TOKEN_BYTES = 64
 # distinct tokens cached per predictor; when full the cache starts again (frequent tokens come
 # straight back): 16 floats + a count + ~20 bytes of table per token, about 90 MB
 MAX_CACHED_TOKENS = 1 << 20
+# new tokens whose subword rows are computed together
+NEW_TOKEN_SLICE = 8192
 
 
 def batch_predictor(model, path: str | Path | None = None) -> BatchPredictor | None:
@@ -218,7 +220,12 @@ class BatchPredictor:
             self._tokens.clear()
         ids, new = self._tokens.ids(keys)
         if new.any():
-            self._add_tokens(ids[new], words.filter(pa.array(new)))
+            new_ids, new_words = ids[new], words.filter(pa.array(new))
+            # a slice at a time: the n-gram arrays of a slice stay in the CPU caches, and a
+            # worker's first batches (most of their tokens new) need a small working memory
+            for start in range(0, len(new_ids), NEW_TOKEN_SLICE):
+                stop = start + NEW_TOKEN_SLICE
+                self._add_tokens(new_ids[start:stop], new_words[start:stop])
         return ids
 
     def _add_tokens(self, ids: np.ndarray, words: pa.Array) -> None:

@@ -130,6 +130,27 @@ def test_a_small_token_cache_starts_again_and_stays_exact(lid_model) -> None:
     assert len(predictor._tokens) <= 300
 
 
+def test_new_tokens_computed_a_slice_at_a_time_give_the_same_cache(lid_model, monkeypatch) -> None:
+    import ops.fasttext_batch
+
+    lines = pa.array(mixed_lines(2000, seed=5) + UNUSUAL, pa.string())
+    whole = batch_predictor(lid_model, default_model_path())
+    expected = whole.predict(lines, (0.5,))
+    monkeypatch.setattr(ops.fasttext_batch, "NEW_TOKEN_SLICE", 7)
+    sliced = batch_predictor(lid_model, default_model_path())
+    added: list[int] = []
+    original = sliced._add_tokens
+    sliced._add_tokens = lambda ids, words: (added.append(len(words)), original(ids, words))[1]
+    labels, probs = sliced.predict(lines, (0.5,))
+    assert len(added) > 10 and max(added) == 7
+    np.testing.assert_array_equal(labels, expected[0])
+    np.testing.assert_array_equal(probs, expected[1])
+    n = len(whole._tokens)
+    assert len(sliced._tokens) == n
+    np.testing.assert_array_equal(sliced._sums[:n], whole._sums[:n])
+    np.testing.assert_array_equal(sliced._counts[:n], whole._counts[:n])
+
+
 @pytest.fixture(scope="module")
 def training_file(tmp_path_factory) -> Path:
     """One language per line, unequal label counts (a lopsided Huffman tree)."""
