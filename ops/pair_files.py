@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 DEFAULT_BATCH = 65_536
-_ROW_GROUP = 131_072
+ROW_GROUP = 131_072  # rows per Parquet row group, at most
 _READ_BUFFER = 1 << 20
 # Sentences rarely repeat, so a dictionary page is built and then abandoned for each column
 # chunk, and min/max statistics of text are never used to skip anything: both off saves about
@@ -123,7 +123,7 @@ class PairWriter:
 
     def _write_table(self, table: pa.Table) -> None:
         assert self._writer is not None
-        self._writer.write_table(table.cast(self.schema), row_group_size=_ROW_GROUP)
+        self._writer.write_table(table.cast(self.schema), row_group_size=ROW_GROUP)
 
     def _write_pending(self) -> None:
         """The background thread: write queued tables in order until the ``None`` sentinel."""

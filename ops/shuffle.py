@@ -6,7 +6,7 @@ with one ``argsort`` and Arrow ``take`` per batch, no per-row Python). Pass 2 re
 time, applies a random permutation to it and appends it to the output. Concatenating independently
 permuted buckets of a uniformly random partition gives a uniformly random order of the whole file.
 
-Memory is one bucket (about ``bucket_rows`` rows) plus a few slices of 131,072 rows being
+Memory is one bucket (about ``bucket_rows`` rows) plus a few slices of one row group each being
 written; disk is one extra copy of the data (LZ4-compressed), removed as soon as it is consumed, and
 in any case when the function leaves, even on error.
 """
@@ -23,14 +23,13 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
+from ops.pair_files import ROW_GROUP, PairWriter, iter_pair_batches, pair_file_info
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_ROWS = 250_000
 _SCATTER_BATCH = 131_072
-_WRITE_SLICE = 131_072  # one row group of the output
 
 
 def bucket_count(n_rows: int, bucket_rows: int = DEFAULT_BUCKET_ROWS) -> int:
@@ -77,8 +76,8 @@ def shuffle_pairs(
                 permutation = rng.permutation(bucket.num_rows)
                 # written a slice at a time: the writer thread compresses one slice while the
                 # next is gathered, and at most a few slices wait besides the bucket
-                for start in range(0, bucket.num_rows, _WRITE_SLICE):
-                    rows = pa.array(permutation[start : start + _WRITE_SLICE])
+                for start in range(0, bucket.num_rows, ROW_GROUP):
+                    rows = pa.array(permutation[start : start + ROW_GROUP])
                     writer.write_batch(bucket.take(rows))
                 del bucket
                 path.unlink()

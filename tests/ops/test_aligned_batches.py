@@ -1,9 +1,9 @@
 """aligned_batches() gives exactly what the old per-line reader gave: pairs, counts, errors.
 
 The reference below is the per-line algorithm ``aligned_pairs`` used before reading went block
-by block (with ``clean_line``, which the per-line path still uses); the batched reader is compared with it on hand-picked and seeded random inputs, with
-tiny blocks and batches so that lines, multi-byte characters and ``\\r\\n`` straddle every
-boundary.
+by block (with ``clean_line``, which the per-line path still uses); the batched reader is
+compared with it on hand-picked and seeded random inputs, with tiny blocks and batches so that
+lines, multi-byte characters and ``\\r\\n`` straddle every boundary.
 """
 
 from __future__ import annotations
