@@ -20,6 +20,7 @@ from dagster import (
 
 from assets.config import TrainingConfig
 from assets.metadata import common_metadata
+from assets.orphan_guard import stop_when_orphaned
 from assets.slots import machine_slot
 from assets.stage import Stage, fingerprint
 from pipelines.languages import load_registry
@@ -128,11 +129,14 @@ def psp_model(
             if stale != checkpoint:
                 shutil.rmtree(stale, ignore_errors=True)
         started = time.perf_counter()
-        with machine_slot(
-            Path(storage.root) / ".locks",
-            "psp_training",
-            compute.max_concurrent_trainings,
-            on_wait=context.log.info,
+        with (
+            stop_when_orphaned(context.log.error),
+            machine_slot(
+                Path(storage.root) / ".locks",
+                "psp_training",
+                compute.max_concurrent_trainings,
+                on_wait=context.log.info,
+            ),
         ):
             window_start = time.time()
             context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
