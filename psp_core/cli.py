@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from psp_core.bundle import BundleError, read_config
+from psp_core.bundle import BundleError
 from psp_core.download import DownloadError
 from psp_core.model import load_model
 from psp_core.training import NonFiniteLossError, TrainConfig, train
@@ -146,8 +146,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> None:
-    config = read_config(args.model)
-    model = load_model(args.model)
+    model = load_model(args.model)  # verifies the recorded checksums, when there are any
+    config = model.config
     summary = {
         "path": str(Path(args.model).resolve()),
         "dim": model.dim,
@@ -158,6 +158,8 @@ def cmd_info(args: argparse.Namespace) -> None:
         "max_length": config.max_length,
         "spm_sha256": config.spm_sha256,
         "format_version": config.format_version,
+        "checksums_verified": bool(config.files),
+        "files": config.files,
         "training": {k: v for k, v in config.training.items() if k != "history"},
     }
     print(json.dumps(summary, indent=2))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import pickle
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
+import xxhash
 from safetensors.numpy import load_file, save_file
 
 from psp_core.bundle import (
@@ -29,6 +32,7 @@ from psp_core.bundle import (
 from psp_core.model import PSPModel, load_model
 from psp_core.tokenizer import Tokenizer
 from tests.conftest import random_model
+from tests.psp_core.filesystems import fill_up, listing, tiny_tmpfs
 
 BUNDLE_FILES = {CONFIG_FILE, SPM_FILE, EMBEDDINGS_FILE}
 
@@ -58,6 +62,14 @@ def _edit_config(bundle: Path, edit: Callable[[dict], None]) -> None:
 
 def _embeddings(bundle: Path) -> np.ndarray:
     return load_file(str(bundle / EMBEDDINGS_FILE))[EMBEDDINGS_KEY]
+
+
+def _record_checksum(bundle: Path, name: str) -> None:
+    """Record ``name``'s current size and checksum in config.json, as a writer that saved this
+    content would have: the tampering is then only visible to the deeper checks."""
+    data = (bundle / name).read_bytes()
+    entry = {"bytes": len(data), "xxh3_128": xxhash.xxh3_128(data).hexdigest()}
+    _edit_config(bundle, lambda c: c["files"].update({name: entry}))
 
 
 # --- round trip ---------------------------------------------------------------------------------
@@ -174,6 +186,7 @@ def _replace_spm(bundle: Path, other: bytes) -> None:
 def _replace_spm_and_sha(bundle: Path, other: bytes) -> None:
     (bundle / SPM_FILE).write_bytes(other)
     _edit_config(bundle, lambda c: c.update(spm_sha256=hashlib.sha256(other).hexdigest()))
+    _record_checksum(bundle, SPM_FILE)
 
 
 def _garbage_spm_with_matching_sha(bundle: Path, other: bytes) -> None:
@@ -189,10 +202,14 @@ def _empty_embeddings(bundle: Path, other: bytes) -> None:
     (bundle / EMBEDDINGS_FILE).write_bytes(b"")
 
 
-def _save_table(transform: Callable[[np.ndarray], np.ndarray], key: str = EMBEDDINGS_KEY):
+def _save_table(
+    transform: Callable[[np.ndarray], np.ndarray], key: str = EMBEDDINGS_KEY, record: bool = True
+):
     def tamper(bundle: Path, other: bytes) -> None:
         table = transform(_embeddings(bundle))
         save_file({key: np.ascontiguousarray(table)}, str(bundle / EMBEDDINGS_FILE))
+        if record:
+            _record_checksum(bundle, EMBEDDINGS_FILE)
 
     return tamper
 
@@ -224,6 +241,11 @@ TAMPERING = {
         _garbage_spm_with_matching_sha,
         SPM_FILE,
         "not a sentencepiece model",
+    ),
+    "embeddings replaced, checksum not recorded": (
+        _save_table(lambda t: t + 1.0, record=False),
+        EMBEDDINGS_FILE,
+        "does not match config.json",
     ),
     "embeddings truncated": (_truncate_embeddings, EMBEDDINGS_FILE, "truncated"),
     "embeddings empty": (_empty_embeddings, EMBEDDINGS_FILE, "truncated"),
@@ -317,3 +339,154 @@ def test_config_values_of_the_wrong_type_are_refused_on_load(bundle, key, value)
         load_model(bundle)
     assert str(bundle / CONFIG_FILE) in str(caught.value)
     assert key in str(caught.value)
+
+
+# --- damage: checksums and non-finite weights -----------------------------------------------------
+
+
+def _flip_two_bytes(bundle: Path, name: str) -> None:
+    """Flip the low bit of two bytes in the middle of a file (the values stay finite floats)."""
+    path = bundle / name
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle] ^= 0x01
+    data[middle + 5] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", [EMBEDDINGS_FILE, SPM_FILE])
+def test_two_flipped_bytes_are_refused_naming_the_file(bundle, name):
+    _flip_two_bytes(bundle, name)
+    with pytest.raises(BundleError) as caught:
+        load_model(bundle)
+    message = str(caught.value)
+    assert str(bundle / name) in message
+    assert "does not match config.json" in message
+    assert "\n" not in message
+
+
+def test_config_records_size_and_checksum_of_every_other_file(bundle):
+    files = json.loads((bundle / CONFIG_FILE).read_text())["files"]
+    assert set(files) == {SPM_FILE, EMBEDDINGS_FILE}
+    for name, record in files.items():
+        assert record["bytes"] == (bundle / name).stat().st_size
+        assert len(record["xxh3_128"]) == 32
+    assert load_bundle(bundle)[0].files == files
+
+
+def _write_table(bundle: Path, table: np.ndarray, *, record: bool) -> None:
+    _save_table(lambda _: table, record=record)(bundle, b"")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("checksums", ["recorded", "absent (old bundle)"])
+def test_non_finite_weights_are_refused_on_load(bundle, model, value, checksums):
+    table = model.weight.numpy().copy()
+    table[7, 3] = value
+    table[9, 0] = value
+    _write_table(bundle, table, record=checksums == "recorded")
+    if checksums != "recorded":
+        _edit_config(bundle, lambda c: c.pop("files", None))
+    with pytest.raises(BundleError) as caught:
+        load_model(bundle)
+    message = str(caught.value)
+    assert str(bundle / EMBEDDINGS_FILE) in message
+    assert "2 non-finite values" in message and "row 7" in message
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_save_refuses_non_finite_weights_and_writes_nothing(tmp_path, model, spm_proto, value):
+    table = model.weight.numpy().copy()
+    table[3, 3] = value
+    with pytest.raises(BundleError, match="1 non-finite value"):
+        save_bundle(tmp_path / "bundle", table, spm_proto, model.config)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bundle_saved_before_checksums_still_loads(bundle, model):
+    _edit_config(bundle, lambda c: c.pop("files"))
+    config, _, embeddings = load_bundle(bundle)
+    assert config == model.config and config.files == {}
+    np.testing.assert_array_equal(embeddings, model.weight.numpy())
+
+
+def test_bundle_saved_before_checksums_is_still_checked_for_shape(bundle, model):
+    _edit_config(bundle, lambda c: c.pop("files"))
+    _write_table(bundle, model.weight.numpy()[:, :-1], record=False)
+    with pytest.raises(BundleError, match="shape"):
+        load_bundle(bundle)
+
+
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ({SPM_FILE: None}, f"no entry for {EMBEDDINGS_FILE}"),
+        ("abc", "files must be"),
+        ({EMBEDDINGS_FILE: {"bytes": 10}}, "files must be"),
+        ({EMBEDDINGS_FILE: {"bytes": "10", "xxh3_128": "0" * 32}}, "files must be"),
+        ({"../x": {"bytes": 10, "xxh3_128": "0" * 32}}, "files must be"),
+    ],
+)
+def test_malformed_checksum_records_are_refused(bundle, files, problem):
+    def edit(config: dict) -> None:
+        if isinstance(files, dict) and SPM_FILE in files:
+            config["files"].pop(EMBEDDINGS_FILE)
+        else:
+            config["files"] = files
+
+    _edit_config(bundle, edit)
+    with pytest.raises(BundleError) as caught:
+        load_bundle(bundle)
+    assert str(bundle / CONFIG_FILE) in str(caught.value)
+    assert problem in str(caught.value)
+
+
+# --- permissions and max_length -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_every_bundle_file_honours_the_umask(tmp_path, model, umask, mode):
+    previous = os.umask(umask)
+    try:
+        bundle = model.save(tmp_path / "bundle")
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in bundle.iterdir()}
+    assert modes == dict.fromkeys(BUNDLE_FILES, mode)
+    assert stat.S_IMODE(bundle.stat().st_mode) == mode | 0o111 & ~umask
+
+
+@pytest.mark.parametrize("value", [-5, -1])
+def test_negative_max_length_is_refused(bundle, tmp_path, model, spm_proto, value):
+    _edit_config(bundle, lambda c: c.update(max_length=value))
+    with pytest.raises(BundleError) as caught:
+        load_model(bundle)
+    assert str(bundle / CONFIG_FILE) in str(caught.value)
+    assert "max_length must be 0 (no limit) or a positive integer" in str(caught.value)
+    model.config.max_length = value
+    with pytest.raises(BundleError, match="max_length"):
+        save_bundle(tmp_path / "other", model.weight.numpy(), spm_proto, model.config)
+    assert not (tmp_path / "other").exists()
+
+
+def test_max_length_zero_means_no_limit(bundle, toy):
+    _edit_config(bundle, lambda c: c.update(max_length=0))
+    loaded = load_model(bundle)
+    long_sentence = " ".join(toy.source_words[:120])
+    assert loaded.tokenizer.encode([long_sentence]).lengths[0] > 100
+
+
+# --- disk full ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("room", ["none", "for the sentencepiece model only"])
+def test_save_on_a_full_disk_fails_and_leaves_nothing_behind(tmp_path, tokenizer, room):
+    model = random_model(tokenizer, dim=256)  # a 400 KB table, on a 64 KB filesystem
+    with tiny_tmpfs(tmp_path / "disk", size_kib=64) as disk:
+        if room == "none":
+            fill_up(disk)
+        before = listing(disk)
+        with pytest.raises((OSError, BundleError)) as caught:
+            model.save(disk / "bundle")
+        assert "No space left on device" in str(caught.value)
+        assert listing(disk) == before

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from psp_core.bundle import EMBEDDINGS_FILE, EMBEDDINGS_KEY
+from psp_core.bundle import CONFIG_FILE, EMBEDDINGS_FILE, EMBEDDINGS_KEY, SPM_FILE
 from psp_core.cli import main
 from psp_core.model import load_model
 
@@ -144,6 +144,18 @@ def test_info_prints_json_describing_the_bundle(bundle, model, capsys):
     assert summary["vocab_size"] == model.vocab_size
     assert summary["spm_sha256"] == model.tokenizer.sha256
     assert summary["path"] == str(bundle.resolve())
+    assert summary["checksums_verified"] is True
+    assert set(summary["files"]) == {EMBEDDINGS_FILE, SPM_FILE}
+
+
+def test_info_says_when_an_old_bundle_has_no_checksums(bundle, capsys):
+    config = json.loads((bundle / CONFIG_FILE).read_text())
+    del config["files"]
+    (bundle / CONFIG_FILE).write_text(json.dumps(config))
+    assert main(["info", str(bundle)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["checksums_verified"] is False
+    assert summary["files"] == {}
 
 
 # --- train ----------------------------------------------------------------------------------------
@@ -272,7 +284,7 @@ def test_tampered_bundle_is_a_clear_error(
         "score": ["score", "--sentence-pair-file", str(pair_file), "--model", str(bundle)],
         "info": ["info", str(bundle)],
     }[command]
-    assert_cli_error(capsys, argv, str(bundle / EMBEDDINGS_FILE), "shape")
+    assert_cli_error(capsys, argv, str(bundle / EMBEDDINGS_FILE), "does not match config.json")
     assert not (tmp_path / "x.npy").exists()
 
 
