@@ -5,6 +5,8 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dagster import (
@@ -14,10 +16,12 @@ from dagster import (
     AssetExecutionContext,
     Backoff,
     DataVersion,
+    Failure,
     Jitter,
     MaterializeResult,
     MetadataValue,
     RetryPolicy,
+    RetryRequested,
     asset,
 )
 
@@ -27,6 +31,7 @@ from assets.stage import Stage, fingerprint
 from ops.local_bitext import import_local_bitext
 from ops.pair_concat import concat_pair_files
 from ops.pair_files import pair_file_info
+from ops.transient import is_transient
 from pipelines.languages import LanguageSpec, load_registry
 from pipelines.partitions import language_partitions
 from pipelines.resources import OpusResource, ParaNmtResource, StorageResource
@@ -34,11 +39,45 @@ from pipelines.resources import OpusResource, ParaNmtResource, StorageResource
 CODE_VERSION = "1"
 PARANMT_SUFFIXES = (".txt", ".txt.gz", ".tsv", ".tsv.gz", ".zip")
 
+RETRY_DELAY_ENV = "PSP_DOWNLOAD_RETRY_DELAY"
+
+
+def _retry_delay() -> float:
+    """Seconds before the stage's first retry: ``$PSP_DOWNLOAD_RETRY_DELAY``, default 30."""
+    text = os.environ.get(RETRY_DELAY_ENV) or "30"
+    try:
+        delay = float(text)
+    except ValueError:
+        delay = -1.0
+    if not delay >= 0:
+        raise ValueError(f"${RETRY_DELAY_ENV} is {text!r}; expected seconds (a number >= 0)")
+    return delay
+
+
 #: Downloads fail for reasons that pass (a mirror's bad minute); psp_core.download already retries
-#: each request, this retries the whole stage a few times with growing pauses.
+#: each request, this retries the whole stage a few times with growing pauses (about 1, 3 and 7
+#: times the delay). Only transient failures reach it: see :func:`fail_at_once_unless_transient`.
 DOWNLOAD_RETRY_POLICY = RetryPolicy(
-    max_retries=3, delay=30, backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
+    max_retries=3, delay=_retry_delay(), backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS
 )
+
+
+@contextmanager
+def fail_at_once_unless_transient() -> Iterator[None]:
+    """Let network failures (:func:`ops.transient.is_transient`) reach the retry policy; turn
+    every other error (a 404, a corpus or language missing, bad config, a corrupt zip) into a
+    ``Failure`` that is not retried, with the error's message."""
+    try:
+        yield
+    except (Failure, RetryRequested):
+        raise
+    except Exception as err:
+        if is_transient(err):
+            raise
+        raise Failure(
+            description=f"{err} (not retried: not a network failure)",
+            allow_retries=False,
+        ) from err
 
 
 def directory_signature(directory: str | Path) -> str:
@@ -99,6 +138,17 @@ def raw_pairs(
     paranmt: ParaNmtResource,
 ) -> MaterializeResult:
     """Download (cached) or import the language's bitext / paraphrases into one pair file."""
+    with fail_at_once_unless_transient():
+        return _materialize(context, config, storage, opus, paranmt)
+
+
+def _materialize(
+    context: AssetExecutionContext,
+    config: RawPairsConfig,
+    storage: StorageResource,
+    opus: OpusResource,
+    paranmt: ParaNmtResource,
+) -> MaterializeResult:
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "raw_pairs")
     corpora = resolved_corpora(spec, config, opus) if spec.source == "opus" else []

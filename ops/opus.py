@@ -54,7 +54,11 @@ OPUS_LANGUAGE_CODES: dict[str, dict[str, str]] = {
 
 
 class OpusError(RuntimeError):
-    """An OPUS corpus could not be resolved or downloaded."""
+    """An OPUS corpus could not be resolved or downloaded.
+
+    Raised ``from`` the failed request or :class:`~psp_core.download.DownloadError` when there is
+    one, which tells whether a retry may help (:func:`ops.transient.is_transient`).
+    """
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,16 @@ _UNSATISFIED_RANGE = re.compile(r"bytes\s+\*/(\d+)")
 
 
 class DownloadError(RuntimeError):
-    """A download failed for a reason retrying will not fix (or retries ran out)."""
+    """A download failed for a reason retrying will not fix (or retries ran out).
+
+    ``transient`` is True when a later attempt may succeed (the network failed: no connection,
+    a timeout, retries spent on 408/429/5xx answers or bodies that broke off), False for a 404
+    or another refusal, and for a file that fails verification.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class _Interrupted(Exception):
@@ -166,7 +175,7 @@ def download(
             failures = 1 if after > before else failures + 1
             if failures > retries:
                 raise DownloadError(
-                    f"download of {url} failed after {retries} retries: {err}"
+                    f"download of {url} failed after {retries} retries: {err}", transient=True
                 ) from err
             delay = backoff * 2 ** (failures - 1)
             log.warning("%s: %s; retrying in %.2fs from byte %d", url, err, delay, after)
@@ -196,7 +205,10 @@ def _fetch_once(session: requests.Session, url: str, partial: Path, timeout: flo
     try:
         response = session.get(url, headers=headers, stream=True, timeout=timeout)
     except requests.RequestException as err:
-        raise DownloadError(f"download of {url} failed: {err}") from err
+        transient = isinstance(err, (requests.ConnectionError, requests.Timeout)) and not (
+            isinstance(err, requests.exceptions.SSLError)
+        )
+        raise DownloadError(f"download of {url} failed: {err}", transient=transient) from err
     with response:
         total = _expected_total(response, url, partial, offset)
         if total is None and response.status_code == 416:
@@ -251,4 +263,7 @@ def _expected_total(
             return None
         partial.unlink(missing_ok=True)
         raise _Interrupted(f"server refused the range from byte {offset}; restarting")
-    raise DownloadError(f"download of {url} failed: HTTP {status} {response.reason}")
+    raise DownloadError(
+        f"download of {url} failed: HTTP {status} {response.reason}",
+        transient=status == 408 or status in RETRY_STATUSES,
+    )

@@ -1,0 +1,171 @@
+"""raw_pairs fails at once, with its message, on errors a retry cannot fix (a 404, a language not
+in the registry, a bad run config, a corrupt zip), and Dagster retries the network's failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dagster import DagsterEventType, materialize
+
+from pipelines.definitions import defs
+from tests.ops.opus_server import Fault, OpusServer, build_moses_zip
+from tests.pipelines.conftest import loopback_resources
+from tests.pipelines.corpora import publish_de
+
+ROOT = Path(__file__).resolve().parents[2]
+TANZIL_ZIP = "/OPUS-Tanzil/v1/moses/de-en.txt.zip"
+
+
+def materialize_raw_pairs(server: OpusServer, tmp_path: Path, partition: str, **kwargs):
+    resources = loopback_resources(server, tmp_path / "storage", tmp_path / "eval")
+    return materialize(
+        [defs.get_assets_def("raw_pairs")],
+        partition_key=partition,
+        resources=resources,
+        raise_on_error=False,
+        **kwargs,
+    )
+
+
+def retries_and_failure(result) -> tuple[int, str]:
+    """(STEP_UP_FOR_RETRY events, the step failure's message)."""
+    events = result.all_events
+    retries = sum(1 for e in events if e.event_type == DagsterEventType.STEP_UP_FOR_RETRY)
+    failures = [e for e in events if e.event_type == DagsterEventType.STEP_FAILURE]
+    assert len(failures) == 1
+    return retries, failures[0].step_failure_data.error.message
+
+
+def test_a_404_fails_at_once_with_its_message(opus_server: OpusServer, tmp_path: Path) -> None:
+    publish_de(opus_server, build_moses_zip)
+    opus_server.fail(TANZIL_ZIP, Fault(status=404, times=99))
+    start = time.monotonic()
+    result = materialize_raw_pairs(opus_server, tmp_path, "de")
+    elapsed = time.monotonic() - start
+    assert not result.success
+    retries, message = retries_and_failure(result)
+    assert retries == 0
+    assert "corpus 'Tanzil' v1 for en-de" in message and "HTTP 404" in message
+    assert opus_server.count(TANZIL_ZIP) == 1
+    assert elapsed < 20
+
+
+@pytest.mark.parametrize(
+    ("setup", "run_config", "expected"),
+    [
+        (
+            lambda s: s.fail(publish_de_path(s), Fault(truncate_to=200, times=99)),
+            None,
+            "is not a complete zip",
+        ),
+        (
+            lambda s: publish_de(s, build_moses_zip),
+            {"ops": {"raw_pairs": {"config": {"opus_versions": {"Europarl": "v8"}}}}},
+            "opus_versions names ['Europarl'], which are not corpora of 'de'",
+        ),
+        (
+            lambda s: publish_de(s, build_moses_zip),
+            {"ops": {"raw_pairs": {"config": {"opus_versions": {"Tanzil": "v9"}}}}},
+            "corpus 'Tanzil' v9 for en-de: the OPUS API answer",
+        ),
+    ],
+    ids=["truncated-zip", "unknown-corpus-in-config", "version-not-published"],
+)
+def test_errors_a_retry_cannot_fix_are_not_retried(
+    opus_server: OpusServer, tmp_path: Path, setup, run_config, expected: str
+) -> None:
+    setup(opus_server)
+    result = materialize_raw_pairs(opus_server, tmp_path, "de", run_config=run_config)
+    retries, message = retries_and_failure(result)
+    assert retries == 0
+    assert expected in message
+
+
+def publish_de_path(server: OpusServer) -> str:
+    publish_de(server, build_moses_zip)
+    return TANZIL_ZIP
+
+
+def test_a_language_not_in_the_registry_fails_at_once(
+    opus_server: OpusServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = tmp_path / "languages.toml"
+    registry.write_text('[languages.de]\nsource = "paranmt"\n')
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    result = materialize_raw_pairs(opus_server, tmp_path, "fr")
+    retries, message = retries_and_failure(result)
+    assert retries == 0
+    assert f"language 'fr' is not in the registry {registry}" in message
+
+
+#: Materializes raw_pairs in a fresh interpreter, so that PSP_DOWNLOAD_RETRY_DELAY (read when
+#: the asset is defined) applies; prints the step's event types and failure messages as JSON.
+SCRIPT = """
+import json, sys
+from dagster import DagsterEventType, materialize
+from pipelines.definitions import defs
+from pipelines.resources import OpusResource, ParaNmtResource, StorageResource
+
+partition, api, root = sys.argv[1:]
+result = materialize(
+    [defs.get_assets_def("raw_pairs")],
+    partition_key=partition,
+    raise_on_error=False,
+    resources={
+        "storage": StorageResource(root=root),
+        "opus": OpusResource(api_base=api, retries=1, backoff=0.01, timeout=10),
+        "paranmt": ParaNmtResource(url=api + "missing.zip", retries=1, backoff=0.01),
+    },
+)
+print(json.dumps({
+    "success": result.success,
+    "partitions": defs.get_assets_def("raw_pairs").partitions_def.get_partition_keys(),
+    "events": [e.event_type_value for e in result.all_events],
+    "failures": [
+        e.step_failure_data.error.message
+        for e in result.all_events
+        if e.event_type == DagsterEventType.STEP_FAILURE
+    ],
+}))
+"""
+
+
+def materialize_in_subprocess(
+    partition: str, server: OpusServer, root: Path, **env: str
+) -> tuple[dict, float]:
+    """Run :data:`SCRIPT` with ``env`` added; return its JSON answer and the wall time."""
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, partition, server.api_url, str(root)],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), elapsed
+
+
+@pytest.mark.slow
+def test_server_errors_are_retried_by_dagster_until_the_download_succeeds(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    n_pairs = publish_de(opus_server, build_moses_zip)
+    # two 500s exhaust one attempt's request retries (retries=1); the stage's retry succeeds
+    opus_server.fail(TANZIL_ZIP, Fault(status=500, times=2))
+    answer, _ = materialize_in_subprocess(
+        "de", opus_server, tmp_path / "storage", PSP_DOWNLOAD_RETRY_DELAY="0.1"
+    )
+    assert answer["success"], answer["failures"]
+    assert answer["events"].count("STEP_UP_FOR_RETRY") == 1
+    assert opus_server.count(TANZIL_ZIP) == 3
+    manifest = json.loads((tmp_path / "storage" / "de" / "raw_pairs" / "manifest.json").read_text())
+    assert manifest["record"]["n_in"] == n_pairs
