@@ -5,10 +5,16 @@ Each ``[languages.X]`` table of ``languages.toml`` (shipped beside this module; 
 language names its source (OPUS corpora, ParaNMT, or a local directory) and may override the
 paper's filter thresholds, sentencepiece settings and training hyperparameters given under
 ``[defaults]``. Unknown keys are errors, so a typo never silently falls back to a default.
+
+A broken ``[languages.X]`` table breaks only X: the other languages load and run, X stays a
+partition whose every materialization fails at once with the error (naming the file, the table
+and the key), and loading logs a warning. An unreadable file, a broken ``[defaults]`` table or a
+file without a usable language fails the load.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tomllib
@@ -30,6 +36,7 @@ REGISTRY_ENV = "PSP_LANGUAGES"
 SOURCES = ("opus", "paranmt", "local")
 KINDS = ("bitext", "paraphrase")
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(_[a-z0-9]+)?$")
+_SETTINGS_TABLES = ("filters", "sentencepiece", "training")
 _LANGUAGE_KEYS = {
     "source",
     "kind",
@@ -42,8 +49,18 @@ _LANGUAGE_KEYS = {
 }
 
 
+log = logging.getLogger(__name__)
+
+
 class RegistryError(ValueError):
-    """The language registry file is malformed."""
+    """The language registry file, or one language's table in it, is malformed."""
+
+
+class UnknownLanguageError(KeyError):
+    """The registry has no table for a language code."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
 
 
 @dataclass(frozen=True)
@@ -109,22 +126,33 @@ class LanguageSpec:
 
 @dataclass(frozen=True)
 class LanguageRegistry:
-    """The languages, in file order."""
+    """The languages of one registry file: the usable ones, and the broken tables' errors."""
 
     languages: Mapping[str, LanguageSpec]
     path: Path
+    errors: Mapping[str, str] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
 
     @property
     def codes(self) -> list[str]:
-        return list(self.languages)
+        """Every language of the file in file order, broken ones included (each is a partition)."""
+        return list(self.order or (*self.languages, *self.errors))
 
     def __getitem__(self, code: str) -> LanguageSpec:
+        """The language's spec.
+
+        Raises:
+            RegistryError: its table is broken (the message names the file, table and key).
+            UnknownLanguageError: the file has no table for it.
+        """
+        if code in self.errors:
+            raise RegistryError(self.errors[code])
         try:
             return self.languages[code]
         except KeyError:
-            raise KeyError(
+            raise UnknownLanguageError(
                 f"language {code!r} is not in the registry {self.path} (it has "
-                f"{', '.join(self.languages)}); add a [languages.{code}] table"
+                f"{', '.join(self.codes)}); add a [languages.{code}] table"
             ) from None
 
 
@@ -136,10 +164,17 @@ def _settings(cls: type, values: Mapping[str, Any], where: str) -> Any:
     return cls(**values)
 
 
-def _language(code: str, table: Mapping[str, Any], defaults: Mapping, where: str) -> LanguageSpec:
-    where = f"{where} [languages.{code}]"
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise RegistryError(f"{where}: expected a table, got {value!r}")
+    return value
+
+
+def _language(code: str, table: Any, defaults: Mapping, path: Path) -> LanguageSpec:
+    where = f"{path} [languages.{code}]"
     if not _LANGUAGE_CODE.match(code):
         raise RegistryError(f"{where}: {code!r} is not a language code (like de, zh or pt_br)")
+    table = _table(table, where)
     unknown = set(table) - _LANGUAGE_KEYS
     if unknown:
         raise RegistryError(
@@ -172,18 +207,24 @@ def _language(code: str, table: Mapping[str, Any], defaults: Mapping, where: str
     pretokenizer = table.get("pretokenizer", "none")
     if pretokenizer not in PRETOKENIZERS:
         raise RegistryError(f"{where}: pretokenizer must be one of {PRETOKENIZERS}")
-    training = {**defaults.get("training", {}), **table.get("training", {})}
+    own = {
+        name: _table(table.get(name, {}), f"{path} [languages.{code}.{name}]")
+        for name in _SETTINGS_TABLES
+    }
+    training = {**defaults.get("training", {}), **own["training"]}
     train_fields = {f.name for f in fields(TrainConfig)}
     unknown_training = set(training) - train_fields
     if unknown_training:
         raise RegistryError(
-            f"{where}: unknown training keys {sorted(unknown_training)}; "
+            f"{path} [languages.{code}.training]: unknown keys {sorted(unknown_training)}; "
             f"TrainConfig has {sorted(train_fields)}"
         )
     try:
         TrainConfig(**training)
     except (TypeError, ValueError) as err:
-        raise RegistryError(f"{where}: invalid training settings: {err}") from err
+        raise RegistryError(
+            f"{path} [languages.{code}.training]: invalid training settings: {err}"
+        ) from err
     return LanguageSpec(
         code=code,
         source=source,
@@ -193,20 +234,48 @@ def _language(code: str, table: Mapping[str, Any], defaults: Mapping, where: str
         pretokenizer=pretokenizer,
         filters=_settings(
             FilterSettings,
-            {**defaults.get("filters", {}), **table.get("filters", {})},
-            f"{where} filters",
+            {**defaults.get("filters", {}), **own["filters"]},
+            f"{path} [languages.{code}.filters]",
         ),
         sentencepiece=_settings(
             SentencepieceSettings,
-            {**defaults.get("sentencepiece", {}), **table.get("sentencepiece", {})},
-            f"{where} sentencepiece",
+            {**defaults.get("sentencepiece", {}), **own["sentencepiece"]},
+            f"{path} [languages.{code}.sentencepiece]",
         ),
         training=training,
     )
 
 
+def _defaults(data: Mapping[str, Any], path: Path) -> dict[str, Mapping[str, Any]]:
+    """The ``[defaults.*]`` tables, checked: their errors concern every language."""
+    defaults = _table(data.get("defaults", {}), f"{path} [defaults]")
+    unknown = set(defaults) - set(_SETTINGS_TABLES)
+    if unknown:
+        raise RegistryError(f"{path}: unknown [defaults] tables {sorted(unknown)}")
+    tables = {
+        name: _table(defaults.get(name, {}), f"{path} [defaults.{name}]") for name in defaults
+    }
+    for name, cls in (("filters", FilterSettings), ("sentencepiece", SentencepieceSettings)):
+        _settings(cls, tables.get(name, {}), f"{path} [defaults.{name}]")
+    train_fields = {f.name for f in fields(TrainConfig)}
+    unknown_training = set(tables.get("training", {})) - train_fields
+    if unknown_training:
+        raise RegistryError(
+            f"{path} [defaults.training]: unknown keys {sorted(unknown_training)}; "
+            f"TrainConfig has {sorted(train_fields)}"
+        )
+    return tables
+
+
 def parse_registry(text: str, path: Path) -> LanguageRegistry:
-    """Parse registry TOML ``text`` (``path`` only names it in errors)."""
+    """Parse registry TOML ``text`` (``path`` only names it in errors).
+
+    A broken ``[languages.X]`` table is kept as X's error (see :class:`LanguageRegistry`).
+
+    Raises:
+        RegistryError: the file is not TOML, has unknown or broken top-level or ``[defaults]``
+            tables, or no usable language (the message then lists every table's error).
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -214,17 +283,24 @@ def parse_registry(text: str, path: Path) -> LanguageRegistry:
     unknown = set(data) - {"defaults", "languages"}
     if unknown:
         raise RegistryError(f"{path}: unknown top-level tables {sorted(unknown)}")
-    defaults = data.get("defaults", {})
-    unknown_defaults = set(defaults) - {"filters", "sentencepiece", "training"}
-    if unknown_defaults:
-        raise RegistryError(f"{path}: unknown [defaults] tables {sorted(unknown_defaults)}")
-    languages = data.get("languages", {})
-    if not languages:
+    defaults = _defaults(data, path)
+    tables = _table(data.get("languages", {}), f"{path} [languages]")
+    if not tables:
         raise RegistryError(f"{path}: no [languages.X] tables; the pipeline needs at least one")
-    return LanguageRegistry(
-        {code: _language(code, table, defaults, str(path)) for code, table in languages.items()},
-        path,
-    )
+    languages: dict[str, LanguageSpec] = {}
+    errors: dict[str, str] = {}
+    for code, table in tables.items():
+        try:
+            languages[code] = _language(code, table, defaults, path)
+        except RegistryError as err:
+            errors[code] = str(err)
+        except (TypeError, ValueError, AttributeError) as err:  # a value of the wrong type
+            errors[code] = f"{path} [languages.{code}]: {type(err).__name__}: {err}"
+    if not languages:
+        raise RegistryError(
+            f"{path}: no usable language; fix these tables:\n" + "\n".join(errors.values())
+        )
+    return LanguageRegistry(languages, path, errors, tuple(tables))
 
 
 def registry_path() -> Path:
@@ -236,7 +312,14 @@ def registry_path() -> Path:
 def _load_cached(path: Path) -> LanguageRegistry:
     if not path.is_file():
         raise RegistryError(f"language registry {path} does not exist (from ${REGISTRY_ENV}?)")
-    return parse_registry(path.read_text(encoding="utf-8"), path)
+    registry = parse_registry(path.read_text(encoding="utf-8"), path)
+    for code, error in registry.errors.items():
+        log.warning(
+            "%s; language %r cannot run until this is fixed (the others are not affected)",
+            error,
+            code,
+        )
+    return registry
 
 
 def load_registry(path: str | Path | None = None) -> LanguageRegistry:

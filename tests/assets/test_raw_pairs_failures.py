@@ -4,9 +4,6 @@ in the registry, a bad run config, a corrupt zip), and Dagster retries the netwo
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,8 +14,8 @@ from pipelines.definitions import defs
 from tests.ops.opus_server import Fault, OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
 from tests.pipelines.corpora import publish_de
+from tests.pipelines.isolated import materialize_raw_pairs_isolated
 
-ROOT = Path(__file__).resolve().parents[2]
 TANZIL_ZIP = "/OPUS-Tanzil/v1/moses/de-en.txt.zip"
 
 
@@ -104,56 +101,6 @@ def test_a_language_not_in_the_registry_fails_at_once(
     assert f"language 'fr' is not in the registry {registry}" in message
 
 
-#: Materializes raw_pairs in a fresh interpreter, so that PSP_DOWNLOAD_RETRY_DELAY (read when
-#: the asset is defined) applies; prints the step's event types and failure messages as JSON.
-SCRIPT = """
-import json, sys
-from dagster import DagsterEventType, materialize
-from pipelines.definitions import defs
-from pipelines.resources import OpusResource, ParaNmtResource, StorageResource
-
-partition, api, root = sys.argv[1:]
-result = materialize(
-    [defs.get_assets_def("raw_pairs")],
-    partition_key=partition,
-    raise_on_error=False,
-    resources={
-        "storage": StorageResource(root=root),
-        "opus": OpusResource(api_base=api, retries=1, backoff=0.01, timeout=10),
-        "paranmt": ParaNmtResource(url=api + "missing.zip", retries=1, backoff=0.01),
-    },
-)
-print(json.dumps({
-    "success": result.success,
-    "partitions": defs.get_assets_def("raw_pairs").partitions_def.get_partition_keys(),
-    "events": [e.event_type_value for e in result.all_events],
-    "failures": [
-        e.step_failure_data.error.message
-        for e in result.all_events
-        if e.event_type == DagsterEventType.STEP_FAILURE
-    ],
-}))
-"""
-
-
-def materialize_in_subprocess(
-    partition: str, server: OpusServer, root: Path, **env: str
-) -> tuple[dict, float]:
-    """Run :data:`SCRIPT` with ``env`` added; return its JSON answer and the wall time."""
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, partition, server.api_url, str(root)],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    elapsed = time.monotonic() - start
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), elapsed
-
-
 @pytest.mark.slow
 def test_server_errors_are_retried_by_dagster_until_the_download_succeeds(
     opus_server: OpusServer, tmp_path: Path
@@ -161,11 +108,12 @@ def test_server_errors_are_retried_by_dagster_until_the_download_succeeds(
     n_pairs = publish_de(opus_server, build_moses_zip)
     # two 500s exhaust one attempt's request retries (retries=1); the stage's retry succeeds
     opus_server.fail(TANZIL_ZIP, Fault(status=500, times=2))
-    answer, _ = materialize_in_subprocess(
-        "de", opus_server, tmp_path / "storage", PSP_DOWNLOAD_RETRY_DELAY="0.1"
+    answer = materialize_raw_pairs_isolated(
+        opus_server, tmp_path / "storage", "de", PSP_DOWNLOAD_RETRY_DELAY="0.1"
     )
-    assert answer["success"], answer["failures"]
-    assert answer["events"].count("STEP_UP_FOR_RETRY") == 1
+    run = answer["runs"]["de"]
+    assert run["success"], run["failures"]
+    assert run["events"].count("STEP_UP_FOR_RETRY") == 1
     assert opus_server.count(TANZIL_ZIP) == 3
     manifest = json.loads((tmp_path / "storage" / "de" / "raw_pairs" / "manifest.json").read_text())
     assert manifest["record"]["n_in"] == n_pairs

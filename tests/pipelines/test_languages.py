@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
 from ops.opus import paper_corpora
+from ops.pair_files import pair_file_info
 from pipelines.languages import RegistryError, load_registry, parse_registry
 from psp_core.training import TrainConfig
+from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.corpora import english_german
+from tests.pipelines.isolated import materialize_raw_pairs_isolated
 
 PAPER_LANGUAGES = ["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]
 
@@ -61,31 +66,125 @@ local_dir = "/data/en-is"
     assert registry["is"].local_dir == "/data/en-is"
 
 
+#: A usable language beside each broken table below.
+VALID_PT = '[languages.pt]\nsource = "local"\nlocal_dir = "/data/en-pt"\n'
+
+
+@pytest.mark.parametrize(
+    ("code", "table", "message"),
+    [
+        ("de", 'source = "opus"\n', "[languages.de]: source 'opus' needs a non-empty corpora"),
+        ("de", 'source = "ftp"\n', "[languages.de]: source must be one of"),
+        ("de", 'source = "local"\n', "[languages.de]: local_dir is required"),
+        ("en", 'source = "local"\nlocal_dir = "x"\n', "[languages.en]: en-en bitext"),
+        ("de", 'source = "paranmt"\nkind = "bitext"\n', "[languages.de]: kind 'bitext' does not"),
+        ("de", 'source = "paranmt"\nepochs = 3\n', "[languages.de]: unknown keys ['epochs']"),
+        (
+            "de",
+            'source = "paranmt"\n[languages.de.training]\nepoch = 3\n',
+            "[languages.de.training]: unknown keys ['epoch']",
+        ),
+        (
+            "de",
+            'source = "paranmt"\n[languages.de.training]\ndim = 0\n',
+            "[languages.de.training]: invalid training settings: dim must",
+        ),
+        (
+            "de",
+            'source = "paranmt"\n[languages.de.filters]\nmin_len = 1\n',
+            "[languages.de.filters]: unknown keys ['min_len']",
+        ),
+        (
+            "de",
+            'source = "opus"\ncorpora = [{ name = "Tanzil" }]\n',
+            "[languages.de]: OPUS corpus config {'name': 'Tanzil'}: expected keys",
+        ),
+        ("de", 'source = "opus"\ncorpora = [3]\n', "[languages.de]: TypeError"),
+        ("DE", 'source = "paranmt"\n', "[languages.DE]: 'DE' is not a language code"),
+        ("de", 'source = "paranmt"\npretokenizer = "mecab"\n', "pretokenizer must be one of"),
+        ("de", 'source = "paranmt"\nfilters = 3\n', "[languages.de.filters]: expected a table"),
+    ],
+)
+def test_a_broken_language_table_breaks_only_that_language(
+    code: str, table: str, message: str
+) -> None:
+    path = Path("/etc/psp/languages.toml")
+    registry = parse_registry(f"[languages.{code}]\n{table}{VALID_PT}", path)
+    assert registry.codes == [code, "pt"]  # file order, the broken one included
+    assert registry["pt"].local_dir == "/data/en-pt"
+    assert list(registry.languages) == ["pt"]
+    assert registry.errors[code].startswith(f"{path} [languages.{code}")
+    assert message in registry.errors[code]
+    with pytest.raises(RegistryError) as error:
+        registry[code]
+    assert str(error.value) == registry.errors[code]
+
+
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ('[languages.de]\nsource = "opus"\n', "non-empty corpora"),
-        ('[languages.de]\nsource = "ftp"\n', "source must be one of"),
-        ('[languages.de]\nsource = "local"\n', "local_dir is required"),
-        ('[languages.en]\nsource = "local"\nlocal_dir = "x"\n', "en-en bitext"),
-        ('[languages.de]\nsource = "paranmt"\nkind = "bitext"\n', "does not fit source"),
-        ('[languages.de]\nsource = "paranmt"\nepochs = 3\n', "unknown keys ['epochs']"),
-        ('[languages.de]\nsource = "paranmt"\n[languages.de.training]\nepoch = 3\n', "epoch"),
-        ('[languages.de]\nsource = "paranmt"\n[languages.de.training]\ndim = 0\n', "dim must"),
-        ('[languages.de]\nsource = "paranmt"\n[languages.de.filters]\nmin_len = 1\n', "min_len"),
-        ('[languages.de]\nsource = "opus"\ncorpora = [{ name = "Tanzil" }]\n', "expected keys"),
-        ('[languages.DE]\nsource = "paranmt"\n', "not a language code"),
-        ('[languages.de]\nsource = "paranmt"\npretokenizer = "mecab"\n', "pretokenizer"),
         ("[defaults.training]\ndim = 3\n", "no [languages.X] tables"),
         ("[languages.de\n", "not valid TOML"),
+        ("[model]\ndim = 3\n" + VALID_PT, "unknown top-level tables ['model']"),
+        ("[defaults.filter]\nmin_score = 1\n" + VALID_PT, "unknown [defaults] tables ['filter']"),
+        ("[defaults.filters]\nmin_len = 1\n" + VALID_PT, "[defaults.filters]: unknown keys"),
+        ("[defaults.training]\nepoch = 1\n" + VALID_PT, "[defaults.training]: unknown keys"),
+        ("[defaults]\ntraining = 3\n" + VALID_PT, "[defaults.training]: expected a table"),
+        (
+            '[languages.de]\nsource = "ftp"\n[languages.fr]\nsource = "local"\n',
+            "no usable language; fix these tables:\nlanguages.toml [languages.de]: source must "
+            "be one of",
+        ),
     ],
 )
-def test_malformed_registry_is_a_clear_error(toml: str, message: str) -> None:
+def test_a_broken_file_is_a_clear_error(toml: str, message: str) -> None:
     with pytest.raises(RegistryError, match="languages.toml") as error:
         parse_registry(toml, Path("languages.toml"))
     assert message in str(error.value)
 
 
+def test_loading_warns_about_each_broken_language(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "languages.toml"
+    path.write_text(f'[languages.fr]\nsource = "paranmt"\nepochs = 3\n{VALID_PT}')
+    monkeypatch.setenv("PSP_LANGUAGES", str(path))
+    with caplog.at_level(logging.WARNING, logger="pipelines.languages"):
+        registry = load_registry()
+    assert registry.codes == ["fr", "pt"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert f"{path} [languages.fr]: unknown keys ['epochs']" in warnings[0]
+
+
 def test_unknown_language_names_the_registry() -> None:
     with pytest.raises(KeyError, match="add a \\[languages.xx\\] table"):
         load_registry()["xx"]
+
+
+@pytest.mark.slow
+def test_a_broken_language_leaves_the_others_runnable(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    english, german = english_german(30, seed=2)
+    zip_bytes = build_moses_zip("Tanzil", "en", "de", english, german)
+    opus_server.add_corpus("Tanzil", "v1", "en", "de", zip_bytes)
+    registry = tmp_path / "languages.toml"
+    registry.write_text(
+        '[languages.de]\nsource = "opus"\ncorpora = [{ name = "Tanzil", version = "v1" }]\n'
+        '[languages.fr]\nsource = "opus"\ncorpora = [{ name = "Tanzil", version = "v1" }]\n'
+        "copora_cap = 5\n"
+    )
+    answer = materialize_raw_pairs_isolated(
+        opus_server, tmp_path / "storage", "de", "fr", PSP_LANGUAGES=str(registry)
+    )
+    expected = f"{registry} [languages.fr]: unknown keys ['copora_cap']"
+    assert expected in answer["stderr"]  # the warning when the code location loads
+    assert answer["partitions"] == ["de", "fr"]
+    de, fr = answer["runs"]["de"], answer["runs"]["fr"]
+    assert de["success"], de["failures"]
+    assert pair_file_info(tmp_path / "storage" / "de" / "raw_pairs" / "pairs.parquet")[0] == 30
+    assert not fr["success"]
+    assert "STEP_UP_FOR_RETRY" not in fr["events"]
+    assert len(fr["failures"]) == 1 and expected in fr["failures"][0]
+    assert fr["seconds"] < 10
