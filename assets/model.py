@@ -122,12 +122,7 @@ def psp_model(
     )
 
     def run() -> tuple[dict, dict]:
-        # A checkpoint is resumed only by a run with the same inputs and settings (a failed or
-        # retried run picks up where it stopped); checkpoints of other settings are stale.
         checkpoint = stage.path(f"checkpoint-{key}")
-        for stale in stage.directory.glob("checkpoint-*"):
-            if stale != checkpoint:
-                shutil.rmtree(stale, ignore_errors=True)
         started = time.perf_counter()
         with (
             stop_when_orphaned(context.log.error),
@@ -138,6 +133,12 @@ def psp_model(
                 on_wait=context.log.info,
             ),
         ):
+            # A checkpoint is resumed only by a run with the same inputs and settings (a failed
+            # or retried run picks up where it stopped); checkpoints of other settings are
+            # stale. Removed only while holding the training slot: never under a live training.
+            for stale in stage.directory.glob("checkpoint-*"):
+                if stale != checkpoint:
+                    shutil.rmtree(stale, ignore_errors=True)
             window_start = time.time()
             context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
             result = train(

@@ -1,8 +1,10 @@
 """The project's single Dagster ``Definitions``, loaded by ``workspace.yaml``.
 
 Assets (one module per stage in ``assets/``, partitioned by language), the jobs that select
-their groups, the weekly retraining schedule, the new-bitext sensor, and the resources,
-configured from the environment (see :func:`pipelines.resources.default_resources`).
+their groups, the weekly retraining schedule, the new-bitext sensor, the dead-run sensor, the
+resources, configured from the environment (see :func:`pipelines.resources.default_resources`),
+and the executor every job runs with (Dagster's default, plus failing dead runs:
+:mod:`pipelines.executor`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from assets import (
     training_data,
     vocabulary,
 )
+from pipelines.dead_run_sensor import dead_run_sensor
+from pipelines.executor import psp_executor
 from pipelines.jobs import JOBS
 from pipelines.resources import default_resources
 from pipelines.schedules import weekly_retrain_schedule
@@ -43,6 +47,7 @@ defs = Definitions(
     asset_checks=load_asset_checks_from_modules(ASSET_MODULES),
     jobs=JOBS,
     schedules=[weekly_retrain_schedule],
-    sensors=[new_bitext_sensor],
+    sensors=[new_bitext_sensor, dead_run_sensor],
     resources=default_resources(),
+    executor=psp_executor,
 )

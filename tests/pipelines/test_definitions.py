@@ -101,6 +101,8 @@ def test_schedule_sensor_and_resources() -> None:
     sensor = repository.get_sensor_def("new_bitext_sensor")
     assert sensor.job_name == "psp_language_job"
     assert sensor.minimum_interval_seconds >= 60
+    assert repository.get_sensor_def("dead_run_sensor").default_status.value == "RUNNING"
+    assert repository.get_job("psp_language_job").executor_def.name == "psp_executor"
     resources = set(repository.get_top_level_resources())
     assert resources == {"storage", "opus", "paranmt", "langid", "compute", "eval_data"}
 
@@ -119,6 +121,8 @@ def test_dagster_yaml_instance_settings(tmp_path: Path, monkeypatch) -> None:
         assert config.pool_config.default_pool_limit == 1
         assert config.pool_config.pool_granularity.value == "op"
         assert config.run_queue_config.max_concurrent_runs == 4
+        assert instance.run_monitoring_enabled
+        assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] > 0
         assert type(instance.run_storage).__name__ == "SqliteRunStorage"
         assert str(tmp_path) in str(instance.run_storage._conn_string)  # noqa: SLF001
     finally:

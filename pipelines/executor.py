@@ -1,0 +1,112 @@
+"""The code location's executor: Dagster's default (multiprocess, or in-process by run config)
+plus a watch for dead runs, so that a run killed with ``kill -9`` never blocks the next.
+
+Before a run executes its plan it records its worker (``pipelines.dead_runs.record_worker``),
+fails the runs on this host whose worker is gone and frees their concurrency slots; while it
+executes, a thread repeats that every ``POLL_SECONDS``, so a run waiting for the
+``psp_training`` pool gets the slot of a holder that was killed meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from dagster import DagsterInstance, Executor, ExecutorDefinition, multi_or_in_process_executor
+from dagster._core.events import DagsterEvent
+
+from pipelines.dead_runs import POLL_SECONDS, fail_dead_runs, record_worker
+
+log = logging.getLogger(__name__)
+
+
+class _DeadRunWatch:
+    """Fails dead runs now and then every ``interval`` seconds on a thread of its own (with its
+    own instance, so it never shares a storage connection with the run's thread)."""
+
+    def __init__(self, instance: DagsterInstance, run_id: str, interval: float) -> None:
+        self._instance = instance
+        self._run_id = run_id
+        self._interval = interval
+        self._stop = threading.Event()
+
+    def _report(self, instance: DagsterInstance, message: str) -> None:
+        log.warning(message)
+        run = instance.get_run_by_id(self._run_id)
+        if run is not None:  # say it in this run's event log too (the UI)
+            instance.report_engine_event(message, dagster_run=run)
+
+    def check(self, instance: DagsterInstance) -> None:
+        """Fail dead runs; a failure to look never fails this run (logged, tried again)."""
+        try:
+            fail_dead_runs(instance, lambda message: self._report(instance, message))
+        except Exception:
+            log.exception("looking for dead runs failed; trying again in %ss", self._interval)
+
+    def _loop(self) -> None:
+        instance = DagsterInstance.from_ref(self._instance.get_ref())
+        try:
+            while not self._stop.wait(self._interval):
+                self.check(instance)
+        finally:
+            instance.dispose()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        if self._instance.is_ephemeral:  # an in-memory instance has no other runs
+            yield
+            return
+        thread = threading.Thread(target=self._loop, name="psp-dead-run-watch", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            thread.join(timeout=30)
+
+
+class DeadRunWatchingExecutor(Executor):
+    """Runs ``inner``'s execution with a :class:`_DeadRunWatch` around it."""
+
+    def __init__(self, inner: Executor, interval: float = POLL_SECONDS) -> None:
+        self._inner = inner
+        self._interval = interval
+
+    @property
+    def retries(self):
+        return self._inner.retries
+
+    @property
+    def step_dependency_config(self):
+        return self._inner.step_dependency_config
+
+    def get_step_event_or_retry_event(self, *args, **kwargs):
+        return self._inner.get_step_event_or_retry_event(*args, **kwargs)
+
+    def execute(self, plan_context, execution_plan) -> Iterator[DagsterEvent]:
+        instance = plan_context.instance
+        watch = _DeadRunWatch(instance, plan_context.run_id, self._interval)
+        if not instance.is_ephemeral:
+            record_worker(instance, plan_context.run_id)
+            watch.check(instance)
+        with watch.running():
+            yield from self._inner.execute(plan_context, execution_plan)
+
+
+def _create(init_context) -> Executor:
+    inner = multi_or_in_process_executor.executor_creation_fn(init_context)
+    return DeadRunWatchingExecutor(inner)
+
+
+psp_executor = ExecutorDefinition(
+    name="psp_executor",
+    config_schema=multi_or_in_process_executor.config_schema,
+    requirements=multi_or_in_process_executor.get_requirements,
+    executor_creation_fn=_create,
+    description=(
+        "Dagster's default executor (multiprocess, or in_process) that also fails runs whose "
+        "worker process died on this host and frees their pool slots."
+    ),
+)
