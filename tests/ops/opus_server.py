@@ -18,6 +18,7 @@ import io
 import json
 import re
 import threading
+import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class Fault:
         drop_after: announce the full length, send this many bytes, then close the connection.
         truncate_to: serve only the first bytes, with a Content-Length that matches them.
         ignore_range: answer ``200`` with the whole file even when a Range was asked for.
+        pause: send half the body, wait this many seconds, then send the rest (a slow transfer).
         times: how many requests the fault applies to.
     """
 
@@ -43,6 +45,7 @@ class Fault:
     drop_after: int | None = None
     truncate_to: int | None = None
     ignore_range: bool = False
+    pause: float = 0.0
     times: int = 1
 
 
@@ -247,6 +250,17 @@ def _make_handler(server: OpusServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(body[: fault.drop_after])
                 self.wfile.flush()
                 self.close_connection = True
+                return
+            if fault and fault.pause and not head:
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                time.sleep(fault.pause)
+                self.wfile.write(body[len(body) // 2 :])
                 return
             self._send(status, body, headers, head)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import random
+import threading
 import zipfile
 from pathlib import Path
 
@@ -201,3 +202,31 @@ def test_zip_verification(tmp_path: Path, mutate, quick_ok: bool, full_ok: bool)
         else:
             with pytest.raises(DownloadError, match=str(path)):
                 check(path)
+
+
+def test_concurrent_downloads_of_one_file_take_turns(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    """Two downloaders of one dest at once: one transfer, the other waits for it (each thread
+    opens the lock file itself, so they exclude each other as two processes would)."""
+    data = sample_zip(20_000)
+    url = opus_server.add_file("/slow.zip", data)
+    opus_server.fail("/slow.zip", Fault(pause=1.0, times=2))
+    dest = tmp_path / "cache" / "slow.zip"
+    results: list[Path | BaseException] = []
+
+    def fetch() -> None:
+        try:
+            results.append(download(url, dest, **FAST))
+        except BaseException as err:  # noqa: BLE001 (reported below)
+            results.append(err)
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert results == [dest, dest]
+    assert dest.read_bytes() == data
+    assert opus_server.count("/slow.zip") == 1
+    assert not partial_path(dest).exists()
