@@ -6,7 +6,8 @@ stages' fingerprints, the settings, the stage's code version), the output file n
 stage's record (counts, drops, timings). A later materialization whose fingerprint matches a
 manifest whose outputs still exist returns the recorded metadata without redoing the work; the
 fingerprint is also the asset's Dagster data version. Downstream stages find their inputs
-through the upstream manifest, never by guessing file names or modification times.
+through the upstream manifest, never by guessing file names or modification times. A stage
+starts by removing the temporary files a killed run of it left behind (:mod:`ops.stale_temps`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ops.stale_temps import remove_stale_temps
 from pipelines.resources import StorageResource
 
 MANIFEST = "manifest.json"
@@ -137,8 +139,11 @@ class Stage:
         """Reuse the stage's output if its fingerprint matches, else ``compute()`` and commit.
 
         ``compute`` writes the outputs (each atomically) and returns ``(outputs, record)``:
-        output name -> file name in :attr:`directory`, and the JSON-able record.
+        output name -> file name in :attr:`directory`, and the JSON-able record. Temporary files
+        that killed processes left in :attr:`directory` are removed first.
         """
+        for path in remove_stale_temps(self.directory):
+            log.warning("%s [%s]: removed %s, left by a killed run", self.name, self.lang, path)
         if not force and (manifest := self.cached(fingerprint)) is not None:
             log.info(
                 "%s [%s]: inputs and settings unchanged, reusing %s",

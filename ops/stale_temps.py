@@ -1,0 +1,84 @@
+"""Temporary files that a killed process left behind, found by the pid in their name and removed.
+
+Every writer in the project writes beside its target under a name that ends in its own pid, and
+renames (or, on an exception, removes) it when done:
+
+* ``.{name}.tmp-{pid}``: pair files (:class:`ops.pair_files.PairWriter`),
+  :func:`ops.text_io.atomic_path`, a stage's manifest;
+* ``{name}.tmp-{pid}``: training files, checkpoints, model bundle directories;
+* ``{name}.old-{pid}``: a model bundle directory being replaced.
+
+Only a process killed outright (``kill -9``, the OOM killer) leaves one behind, and nothing
+reads it again: :func:`remove_stale_temps` removes those whose pid no longer runs. Download
+partials (``{name}.part`` in the cache) are not temporaries: a later download resumes them.
+
+Two limits, both accepted: a pid may have been reused by an unrelated process, which keeps the
+stale file until that process ends; and a pid means something only on the machine that wrote it,
+so on a storage root shared between machines a directory must not be cleaned while another
+machine writes into it (for a stage, that would mean running the same stage of the same
+language on two machines at once, which is unsafe anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_TEMP_SUFFIX = re.compile(r".\.(?:tmp|old)-([0-9]+)\Z")
+_MAX_PID = 2**22  # Linux's PID_MAX_LIMIT
+
+
+def writer_pid(name: str) -> int | None:
+    """The pid a temporary name ends in (``.pairs.parquet.tmp-4242`` -> 4242), else None."""
+    match = _TEMP_SUFFIX.search(name)
+    pid = int(match.group(1)) if match else 0
+    return pid if 0 < pid <= _MAX_PID else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (zombies included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
+
+
+def remove_stale_temps(directory: str | Path) -> list[Path]:
+    """Remove the temporaries under ``directory`` whose writer's pid no longer runs.
+
+    Files and whole directories named as above are removed; the temporaries of live processes
+    and every other file are kept (a live writer's directory is not looked into). Symbolic links
+    are not followed. Returns the removed paths.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for entry in entries:
+        pid = writer_pid(entry.name)
+        if pid is None:
+            if entry.is_dir(follow_symlinks=False):
+                removed += remove_stale_temps(entry.path)
+            continue
+        if pid_alive(pid):
+            continue
+        path = Path(entry.path)
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        log.info("removed %s: left by pid %d, which no longer runs", path, pid)
+        removed.append(path)
+    return removed
