@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import os
 import random
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -121,7 +122,11 @@ def _train_on_sample(
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     n_sentences = len(sample)
-    with tempfile.TemporaryDirectory(prefix="spm-", dir=output.parent) as tmp_dir:
+    # named like every temporary (``.tmp-<pid>``), so a run killed here leaves nothing that the
+    # next run's stale-temp sweep does not remove
+    with tempfile.TemporaryDirectory(
+        prefix="spm-", suffix=f".tmp-{os.getpid()}", dir=output.parent
+    ) as tmp_dir:
         text_path = Path(tmp_dir) / "sample.txt"
         with open(text_path, "w", encoding="utf-8", newline="\n") as handle:
             for start in range(0, len(sample), 65_536):
@@ -131,16 +136,19 @@ def _train_on_sample(
         sample.clear()
         log.info("training sentencepiece (vocab %d) on %d sentences", vocab_size, n_sentences)
         model = io.BytesIO()
-        spm.SentencePieceTrainer.train(
-            input=str(text_path),
-            model_writer=model,
-            vocab_size=vocab_size,
-            character_coverage=character_coverage,
-            model_type=model_type,
-            hard_vocab_limit=False,
-            num_threads=num_threads,
-            minloglevel=2,
-        )
+        # fed as an iterator over the file rather than as ``input=path``: the model then
+        # records no input path (a temporary name), so the same sample gives the same bytes
+        with open(text_path, encoding="utf-8", newline="\n") as lines:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=(line[:-1] for line in lines),
+                model_writer=model,
+                vocab_size=vocab_size,
+                character_coverage=character_coverage,
+                model_type=model_type,
+                hard_vocab_limit=False,
+                num_threads=num_threads,
+                minloglevel=2,
+            )
     with atomic_path(output) as tmp:
         tmp.write_bytes(model.getvalue())
     return output

@@ -64,3 +64,14 @@ def test_sentencepiece_then_pack_round_trip(tmp_path, toy):
     for i in (0, 129, 699):
         assert tokenizer.processor.Decode(source.sentence(i).tolist()) == pairs[i][0].lower()
         assert tokenizer.processor.Decode(target.sentence(i).tolist()) == pairs[i][1]
+
+
+def test_sentencepiece_is_byte_identical_wherever_it_is_trained(tmp_path, toy):
+    """The model holds no trace of where it was trained (it once recorded its temporary sample
+    path), so a run killed and started again writes the same bytes; lines keep a ``\\r``."""
+    sentences = [s.lower() for pair in toy.pairs(700, seed=5) for s in pair] + ["a\rb c"]
+    first = train_sentencepiece(iter(sentences), tmp_path / "a" / "spm.model", vocab_size=300)
+    second = train_sentencepiece(iter(sentences), tmp_path / "b" / "c" / "m", vocab_size=300)
+    assert first.read_bytes() == second.read_bytes()
+    assert b"sample.txt" not in first.read_bytes()
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["spm.model"]
