@@ -7,11 +7,13 @@ A checkpoint directory holds::
         weights.safetensors     the embedding table
         optimizer.safetensors   optimizer moments and the torch RNG state(s)
         state.json              step, epoch, position in the epoch, history, best score,
-                                the optimizer's param groups, the config fingerprint
+                                the optimizer's param groups, the fingerprint of the settings
+                                and the training file
     best.safetensors   the table of the best epoch so far (model selection)
 
 Everything a resumed run needs to continue as if never stopped is there: weights, optimizer
-state, RNG states, the data position and the step (which fixes the mega-batch size).
+state, RNG states, the data position and the step (which fixes the mega-batch size). A
+checkpoint is restored only into a run with the same fingerprint.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ WEIGHTS_FILE = "weights.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 BEST_FILE = "best.safetensors"
 POINTER_FILE = "LATEST"
+#: the fingerprint key of the training file's content (see ``trainer.train``)
+DATA_KEY = "data_sha256"
 
 
 class CheckpointMismatchError(ValueError):
@@ -79,6 +83,27 @@ def _rng_tensors() -> dict[str, torch.Tensor]:
         for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{index}"] = cuda_state
     return tensors
+
+
+def _mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    """What differs between a checkpoint's fingerprint and this run's, in words."""
+    parts = []
+    if DATA_KEY not in saved:
+        parts.append("it does not record which training file it was written for (older psp_core)")
+    elif saved[DATA_KEY] != current.get(DATA_KEY):
+        parts.append(
+            f"it was written for another training file (content sha256 {saved[DATA_KEY][:12]}..., "
+            f"this one has {str(current.get(DATA_KEY))[:12]}...)"
+        )
+    settings = sorted(
+        key
+        for key in set(saved) | set(current)
+        if key != DATA_KEY and saved.get(key) != current.get(key)
+    )
+    if settings:
+        changes = ", ".join(f"{key} {saved.get(key)!r} -> {current.get(key)!r}" for key in settings)
+        parts.append(f"it was written with different settings ({changes})")
+    return "; ".join(parts)
 
 
 def _restore_rng(tensors: dict[str, torch.Tensor]) -> None:
@@ -145,14 +170,9 @@ class CheckpointStore:
         payload = json.loads((latest / STATE_FILE).read_text())
         saved = payload["fingerprint"]
         if saved != fingerprint:
-            differing = sorted(
-                key
-                for key in set(saved) | set(fingerprint)
-                if saved.get(key) != fingerprint.get(key)
-            )
             raise CheckpointMismatchError(
-                f"checkpoint {latest} was written with different settings ({differing}); "
-                f"delete {self.directory} or train without resuming"
+                f"cannot resume from checkpoint {latest}: {_mismatch(saved, fingerprint)}; "
+                f"delete {self.directory} or train without resuming (psp train --no-resume)"
             )
         weights = load_file(str(latest / WEIGHTS_FILE))["embeddings"]
         with torch.no_grad():
