@@ -6,9 +6,9 @@ A checkpoint directory holds::
     step-000000001234/ one per save; older ones are removed once LATEST points past them
         weights.safetensors     the embedding table
         optimizer.safetensors   optimizer moments and the torch RNG state(s)
-        state.json              step, epoch, position in the epoch, history, best score,
-                                the optimizer's param groups, the fingerprint of the settings
-                                and the training file
+        state.json              step, epoch, position in the epoch, the running loss and
+                                time of the epoch, history, best score, the optimizer's param
+                                groups, the fingerprint of the settings and the training file
     best.safetensors   the table of the best epoch so far (model selection)
 
 Everything a resumed run needs to continue as if never stopped is there: weights, optimizer
@@ -49,6 +49,11 @@ class TrainingState:
     best_score: float | None = None
     best_epoch: int | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    # the epoch so far (at ``position``): the sum and number of its mini-batch losses and its
+    # training seconds, so that a resumed epoch's record covers all of it
+    epoch_loss_sum: float = 0.0
+    epoch_loss_count: int = 0
+    epoch_seconds: float = 0.0
 
 
 def _optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:

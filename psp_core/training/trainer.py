@@ -224,7 +224,8 @@ def train(
             )
             progress = _Progress(config.log_every if main else 0, pairs_per_step)
             last_checkpoint = state.step
-            epoch_losses: list[float] = []
+            # the epoch's clock, counting the seconds it ran before a resume
+            epoch_started = progress.started - state.epoch_seconds
             while True:
                 if config.max_steps is not None and state.step >= config.max_steps:
                     stopped_early = True
@@ -239,26 +240,29 @@ def train(
                     losses = train_megabatch(
                         model, optimizer, shard, settings, first_step=state.step, on_step=step_hook
                     )
-                    epoch_losses.extend(losses)
+                    for loss in losses:  # in order: a resumed epoch adds up the same way
+                        state.epoch_loss_sum += loss
+                    state.epoch_loss_count += len(losses)
                     state.step += len(losses)
                 state.position += len(mega)
                 if (
                     config.checkpoint_every
                     and state.step - last_checkpoint >= config.checkpoint_every
                 ):
+                    state.epoch_seconds = time.perf_counter() - epoch_started
                     _save(store, distributed, model, optimizer, state, fingerprint)
                     last_checkpoint = state.step
             if stopped_early:
+                state.epoch_seconds = time.perf_counter() - epoch_started
                 _save(store, distributed, model, optimizer, state, fingerprint)
                 break
-            elapsed = time.perf_counter() - progress.started
+            count = state.epoch_loss_count
+            elapsed = time.perf_counter() - epoch_started
             record = {
                 "epoch": state.epoch,
                 "steps": state.step,
-                "loss": float(np.mean(epoch_losses)) if epoch_losses else None,
-                "pairs_per_second": len(epoch_losses) * pairs_per_step / max(elapsed, 1e-9)
-                if epoch_losses
-                else None,
+                "loss": state.epoch_loss_sum / count if count else None,
+                "pairs_per_second": count * pairs_per_step / max(elapsed, 1e-9) if count else None,
             }
             if dev_evaluator is not None:
                 # evaluated on rank 0; all ranks keep the same best-epoch bookkeeping
@@ -276,6 +280,7 @@ def train(
             state.history.append(record)
             state.epoch += 1
             state.position = 0
+            state.epoch_loss_sum, state.epoch_loss_count, state.epoch_seconds = 0.0, 0, 0.0
             _save(store, distributed, model, optimizer, state, fingerprint)
 
         bundle = output_dir

@@ -108,6 +108,10 @@ class Killed(Exception):
     pass
 
 
+def losses(history: list[dict]) -> list[tuple[int, int, float]]:
+    return [(record["epoch"], record["steps"], record["loss"]) for record in history]
+
+
 @pytest.mark.parametrize(("optimizer", "dropout"), [("sparse", 0.2), ("dense", 0.0)])
 def test_killed_run_resumes_to_identical_weights(
     tmp_path, toy_training_file, spm_path, optimizer, dropout
@@ -131,6 +135,9 @@ def test_killed_run_resumes_to_identical_weights(
     expected = load_model(reference.bundle).weight
     assert torch.equal(load_model(resumed.bundle).weight, expected)
     assert resumed.state.step == reference.state.step
+    # the interrupted epoch's record covers the whole epoch, not only the steps after the resume
+    assert losses(resumed.state.history) == losses(reference.state.history)
+    assert all(record["pairs_per_second"] > 0 for record in resumed.state.history)
 
 
 def test_changed_settings_refuse_to_resume(tmp_path, toy_training_file, spm_path):
@@ -216,6 +223,8 @@ def test_sigkilled_psp_train_resumes_to_identical_weights(tmp_path, toy_training
     assert completed.returncode == 0, completed.stderr
     assert "resuming from" in completed.stderr
     assert torch.equal(load_model(tmp_path / "run").weight, load_model(reference.bundle).weight)
+    history = json.loads(completed.stdout)["history"]
+    assert losses(history) == losses(reference.state.history)
 
 
 def test_lazy_adam_matches_torch_sparse_adam():
