@@ -17,7 +17,7 @@ import numpy as np
 from psp_core.bundle import BundleError
 from psp_core.download import DownloadError
 from psp_core.model import load_model
-from psp_core.training import NonFiniteLossError, TrainConfig, train
+from psp_core.training import CheckpointWriteError, NonFiniteLossError, TrainConfig, train
 from psp_core.training_file import TrainingFileError
 
 log = logging.getLogger("psp")
@@ -362,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         BundleError,
         TrainingFileError,
         NonFiniteLossError,
+        CheckpointWriteError,
         FileNotFoundError,
         DownloadError,
         ValueError,

@@ -13,19 +13,26 @@ A checkpoint directory holds::
 
 Everything a resumed run needs to continue as if never stopped is there: weights, optimizer
 state, RNG states, the data position and the step (which fixes the mega-batch size). A
-checkpoint is restored only into a run with the same fingerprint.
+checkpoint is restored only into a run with the same fingerprint, and a write that fails (a full
+disk, a quota, a file size limit) leaves no temporary files and raises
+:class:`CheckpointWriteError` naming the file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 STATE_FILE = "state.json"
@@ -35,10 +42,37 @@ BEST_FILE = "best.safetensors"
 POINTER_FILE = "LATEST"
 #: the fingerprint key of the training file's content (see ``trainer.train``)
 DATA_KEY = "data_sha256"
+# how safetensors' Rust writer reports an OS error: "... No space left on device (os error 28)"
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_ADVICE = {
+    errno.ENOSPC: "free space there or write checkpoints elsewhere (psp train --checkpoint-dir)",
+    errno.EDQUOT: "free space there or write checkpoints elsewhere (psp train --checkpoint-dir)",
+    errno.EFBIG: "raise the file size limit (ulimit -f)",
+}
 
 
 class CheckpointMismatchError(ValueError):
     """A checkpoint exists but was written by a run with different settings or data."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint file could not be written (a full disk, a quota, a file size limit...).
+
+    ``errno`` and ``filename`` are set like an ``OSError``'s where the cause is known.
+    """
+
+    def __init__(self, path: Path, error: BaseException) -> None:
+        code = error.errno if isinstance(error, OSError) else None
+        if code is None and (match := _RUST_OS_ERROR.search(str(error))):
+            code = int(match.group(1))
+        reason = os.strerror(code) if code is not None else str(error)
+        super().__init__(code, reason, str(path))
+        self.message = f"cannot write checkpoint file {path}: {reason}"
+        if code in _ADVICE:
+            self.message += f"; {_ADVICE[code]}"
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass
@@ -88,6 +122,22 @@ def _rng_tensors() -> dict[str, torch.Tensor]:
         for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{index}"] = cuda_state
     return tensors
+
+
+@contextmanager
+def _writing(path: Path, temporary: Path) -> Iterator[None]:
+    """Remove ``temporary`` if the block fails; an OS error writing ``path`` becomes a
+    :class:`CheckpointWriteError` (safetensors reports it as a ``SafetensorError``)."""
+    try:
+        yield
+    except BaseException as error:
+        if temporary.is_dir():
+            shutil.rmtree(temporary, ignore_errors=True)
+        else:
+            temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError | SafetensorError):
+            raise CheckpointWriteError(path, error) from error
+        raise
 
 
 def _mismatch(saved: dict[str, Any], current: dict[str, Any]) -> str:
@@ -143,21 +193,33 @@ class CheckpointStore:
         state: TrainingState,
         fingerprint: dict[str, Any],
     ) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Write a checkpoint and point ``LATEST`` at it; the previous one is removed after.
+
+        Raises:
+            CheckpointWriteError: a file could not be written; the temporary files are removed
+                and the previous checkpoint, if any, is still the latest.
+        """
         name = f"step-{state.step:012d}-epoch-{state.epoch:04d}"
+        final = self.directory / name  # errors name the files as they would be called there
         tmp = self.directory / f"{name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        save_file({"embeddings": weight.detach().cpu().contiguous()}, str(tmp / WEIGHTS_FILE))
+        with _writing(final, tmp):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        with _writing(final / WEIGHTS_FILE, tmp):
+            save_file({"embeddings": weight.detach().cpu().contiguous()}, str(tmp / WEIGHTS_FILE))
         optim_tensors, optim_meta = _optimizer_to_tensors(optimizer)
-        save_file({**optim_tensors, **_rng_tensors()}, str(tmp / OPTIMIZER_FILE))
+        with _writing(final / OPTIMIZER_FILE, tmp):
+            save_file({**optim_tensors, **_rng_tensors()}, str(tmp / OPTIMIZER_FILE))
         payload = {"state": asdict(state), "optimizer": optim_meta, "fingerprint": fingerprint}
-        (tmp / STATE_FILE).write_text(json.dumps(payload, indent=1))
-        shutil.rmtree(self.directory / name, ignore_errors=True)
-        os.replace(tmp, self.directory / name)
+        with _writing(final / STATE_FILE, tmp):
+            (tmp / STATE_FILE).write_text(json.dumps(payload, indent=1))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
         pointer_tmp = self.directory / f"{POINTER_FILE}.tmp-{os.getpid()}"
-        pointer_tmp.write_text(name + "\n")
-        os.replace(pointer_tmp, self.directory / POINTER_FILE)
+        with _writing(self.directory / POINTER_FILE, pointer_tmp):
+            pointer_tmp.write_text(name + "\n")
+            os.replace(pointer_tmp, self.directory / POINTER_FILE)
         for other in self.directory.glob("step-*"):
             if other.name != name:
                 shutil.rmtree(other, ignore_errors=True)
@@ -188,14 +250,15 @@ class CheckpointStore:
         return TrainingState(**payload["state"])
 
     def save_best(self, weight: torch.Tensor, epoch: int, score: float) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f"{BEST_FILE}.tmp-{os.getpid()}"
-        save_file(
-            {"embeddings": weight.detach().cpu().contiguous()},
-            str(tmp),
-            metadata={"epoch": str(epoch), "score": repr(score)},
-        )
-        os.replace(tmp, self.directory / BEST_FILE)
+        with _writing(self.directory / BEST_FILE, tmp):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            save_file(
+                {"embeddings": weight.detach().cpu().contiguous()},
+                str(tmp),
+                metadata={"epoch": str(epoch), "score": repr(score)},
+            )
+            os.replace(tmp, self.directory / BEST_FILE)
 
     def load_best(self) -> torch.Tensor:
         return load_file(str(self.directory / BEST_FILE))["embeddings"]

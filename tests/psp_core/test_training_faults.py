@@ -1,8 +1,15 @@
-"""Training under faults: a checkpoint written for another training file."""
+"""Training under faults: a checkpoint written for another training file, a full disk."""
 
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -83,3 +90,67 @@ def test_psp_train_on_other_pairs_stops_with_one_line(
     argv = train_argv(reordered_training_file, spm_path, output) + ["--epochs=1", "--no-resume"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["history"][0]["epoch"] == 0
+
+
+# --- a full disk ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def tiny_tmpfs(mountpoint: Path, size_kib: int) -> Iterator[Path]:
+    """A ``size_kib`` tmpfs at ``mountpoint``: writes past its size fail with ENOSPC."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; the RLIMIT_FSIZE test still runs")
+    mountpoint.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(mountpoint)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()})")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=True)
+
+
+def test_psp_train_on_a_full_disk_stops_with_one_line_and_no_temporary_files(
+    tmp_path, toy_training_file, spm_path, capsys
+):
+    # the weights of a checkpoint (400 x 32 float32, 51 KiB) fit, its optimizer moments do not
+    with tiny_tmpfs(tmp_path / "small", size_kib=96) as small:
+        checkpoints = small / "checkpoints"
+        argv = train_argv(toy_training_file, spm_path, tmp_path / "m")
+        argv += [f"--checkpoint-dir={checkpoints}", "--checkpoint-every=5"]
+
+        assert main(argv) == 2
+
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith("psp: error: ")
+        assert "no space left on device" in line.lower() and str(checkpoints) in line
+        assert sorted(p.name for p in checkpoints.iterdir()) == []
+        assert not (tmp_path / "m").exists()
+
+
+def _limit_file_size() -> None:
+    limit = 64 << 10
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+
+
+def test_psp_train_past_the_file_size_limit_stops_with_one_line(
+    tmp_path, toy_training_file, spm_path
+):
+    argv = train_argv(toy_training_file, spm_path, tmp_path / "m") + ["--checkpoint-every=5"]
+    completed = subprocess.run(
+        [sys.executable, "-m", "psp_core.cli", *argv],
+        capture_output=True,
+        text=True,
+        preexec_fn=_limit_file_size,
+    )
+    assert completed.returncode == 2, completed.stderr
+    errors = [line for line in completed.stderr.splitlines() if "psp: error" in line]
+    assert errors == [completed.stderr.splitlines()[-1]]
+    assert "file too large" in errors[0].lower() and str(tmp_path / "m.checkpoint") in errors[0]
+    assert "Traceback" not in completed.stderr
+    assert [p.name for p in (tmp_path / "m.checkpoint").iterdir()] == []
