@@ -4,6 +4,7 @@ the bundle's vocabulary matches its sentencepiece model and that every weight is
 import json
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from dagster import (
 )
 
 from assets.config import TrainingConfig
+from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata
 from assets.orphan_guard import stop_when_orphaned
 from assets.slots import machine_slot
@@ -30,7 +32,7 @@ from psp_core import train
 from psp_core.bundle import BundleError, load_bundle
 from psp_core.evaluation import StsEvaluator
 from psp_core.tokenizer import sha256_file
-from psp_core.training import TrainConfig
+from psp_core.training import CheckpointMismatchError, TrainConfig
 
 CODE_VERSION = "2"
 VOCAB_CHECK = "model_vocab_matches_sentencepiece"
@@ -98,7 +100,9 @@ def psp_model(
     compute: ComputeResource,
     eval_data: EvaluationDataResource,
 ) -> MaterializeResult:
-    """Train the P-SP model on the packed data; resumes from its checkpoint after a failure."""
+    """Train the P-SP model on the packed data; resumes from its checkpoint after a failure
+    (one that no longer fits the training file is dropped with a warning). psp_core's log
+    lines (resuming, loss and pairs/s) go to the run's log."""
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "psp_model")
     spm = stage.upstream("sentencepiece_model")
@@ -141,7 +145,8 @@ def psp_model(
                     shutil.rmtree(stale, ignore_errors=True)
             window_start = time.time()
             context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
-            result = train(
+            training = partial(
+                train,
                 data.output("data"),
                 spm.output("model"),
                 stage.path("model"),
@@ -150,6 +155,14 @@ def psp_model(
                 checkpoint_dir=checkpoint,
                 pretokenizer=spec.pretokenizer,
             )
+            with logs_to_dagster(context.log):  # psp_core's resume and progress lines
+                try:
+                    result = training()
+                except CheckpointMismatchError as error:
+                    # the directory is keyed by the inputs and settings, so only a file changed
+                    # in place (or a damaged checkpoint) gets here: its work cannot be used
+                    context.log.warning("%s: starting the training over", error)
+                    result = training(resume=False)
             window = [window_start, time.time()]
         bundle_config = json.loads((result.bundle / "config.json").read_text())
         record = {
