@@ -6,10 +6,7 @@ Real ``dagster job execute`` processes on a SQLite ``DAGSTER_HOME`` with this re
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,16 +14,22 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from dagster import DagsterInstance, DagsterRunStatus, SkipReason, build_sensor_context
 
 from pipelines.dead_run_sensor import dead_run_sensor
 from pipelines.dead_runs import WORKER_TAG, WorkerIdentity, fail_dead_runs
 from tests.ops.opus_server import OpusServer, build_moses_zip
-from tests.pipelines.corpora import publish_de, write_eval_dir
-
-ROOT = Path(__file__).resolve().parents[2]
-DAGSTER = str(Path(sys.executable).with_name("dagster"))
+from tests.pipelines.corpora import publish_de
+from tests.pipelines.dagster_cli import (
+    Runs,
+    alive,
+    children,
+    cmdline,
+    dagster_env,
+    tail,
+    wait_for,
+    write_config,
+)
 
 
 def test_worker_identity_tells_live_dead_and_reused_pids() -> None:
@@ -129,134 +132,61 @@ def _run_started_event(run):
 # --- the real thing: dagster job execute, kill -9 ------------------------------------------
 
 
-def _write_config(path: Path, profile: str, *, epochs: int, in_process: bool) -> Path:
-    config = yaml.safe_load((ROOT / "configs" / profile).read_text())
-    config["ops"]["psp_model"]["config"]["epochs"] = epochs
-    config["execution"] = {"config": {"in_process": {}} if in_process else {"multiprocess": {}}}
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def _execute(job: str, config: Path, env: dict, log: Path) -> subprocess.Popen:
-    command = [DAGSTER, "job", "execute", "-m", "pipelines.definitions", "-j", job]
-    command += ["--tags", json.dumps({"dagster/partition": "de"}), "-c", str(config)]
-    return subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=open(log, "wb"),  # noqa: SIM115 (the child holds it)
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _wait(condition, timeout: float, what: str, logs: list[Path]) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    tails = "\n".join(
-        f"--- {p}\n{p.read_text(errors='replace')[-3000:]}" for p in logs if p.exists()
-    )
-    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{tails}")
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (killed, not yet reaped by its parent) counts as gone
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return state != "Z"
-
-
 @pytest.mark.slow
 def test_kill_9_during_training_does_not_block_the_next_run(tmp_path, monkeypatch) -> None:
-    home, storage, eval_dir = tmp_path / "home", tmp_path / "storage", tmp_path / "eval"
-    home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-    write_eval_dir(eval_dir)
     server = OpusServer().start()
-    started: list[subprocess.Popen] = []
     try:
         publish_de(server, build_moses_zip)
-        env = os.environ | {
-            "DAGSTER_HOME": str(home),
-            "PSP_STORAGE_ROOT": str(storage),
-            "PSP_OPUS_API": server.api_url,
-            "PSP_EVAL_DIR": str(eval_dir),
-            "PSP_DEVICE": "cpu",
-            "PYTHONPATH": str(ROOT),
-            "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-        }
+        env = dagster_env(tmp_path, server)
+        home, storage = Path(env["DAGSTER_HOME"]), Path(env["PSP_STORAGE_ROOT"])
         logs = [tmp_path / f"{name}.log" for name in ("prepare", "a", "b")]
-        quick = _write_config(tmp_path / "quick.yaml", "quick.yaml", epochs=1, in_process=True)
-        prepare = _execute("psp_language_job", quick, env, logs[0])
-        started.append(prepare)
-        quick_train = _write_config(
+        quick = write_config(tmp_path / "quick.yaml", "quick.yaml", epochs=1, in_process=True)
+        quick_train = write_config(
             tmp_path / "quick-train.yaml", "quick-train.yaml", epochs=1, in_process=True
         )
-        assert prepare.wait(timeout=300) == 0, logs[0].read_text(errors="replace")[-3000:]
-
-        # run A trains "for ever" in a step process of its own
-        endless = _write_config(
+        endless = write_config(
             tmp_path / "endless.yaml", "quick-train.yaml", epochs=100_000, in_process=False
         )
-        run_a = _execute("train_evaluate_job", endless, env, logs[1])
-        started.append(run_a)
-        monkeypatch.setenv("DAGSTER_HOME", str(home))  # dagster.yaml reads it
-        instance = DagsterInstance.from_config(str(home))
+        with Runs() as runs:
+            prepare = runs.execute("psp_language_job", quick, env, logs[0])
+            assert prepare.wait(timeout=300) == 0, tail(logs[0])
 
-        def a_trains() -> bool:
-            assert run_a.poll() is None, logs[1].read_text(errors="replace")[-3000:]
-            claimed = instance.event_log_storage.get_concurrency_info("psp_training")
-            checkpoints = (storage / "de" / "psp_model").glob("checkpoint-*")
-            return bool(claimed.claimed_slots) and any(checkpoints)
+            # run A trains "for ever" in a step process of its own
+            run_a = runs.execute("train_evaluate_job", endless, env, logs[1])
+            monkeypatch.setenv("DAGSTER_HOME", str(home))  # dagster.yaml reads it
+            instance = DagsterInstance.from_config(str(home))
 
-        _wait(a_trains, 120, "run A to hold the training slot and checkpoint", logs)
-        steps = [p for p in _children(run_a.pid) if "spawn_main" in _cmdline(p)]
-        assert len(steps) == 1, [_cmdline(p) for p in _children(run_a.pid)]
-        # run B waits for the slot A holds ...
-        run_b = _execute("train_evaluate_job", quick_train, env, logs[2])
-        started.append(run_b)
-        _wait(
-            lambda: "blocked by limit for pool psp_training" in logs[2].read_text(errors="replace"),
-            120,
-            "run B to wait for the training pool",
-            logs,
-        )
-        # ... A's run worker is killed; its step process is left an orphan
-        os.kill(run_a.pid, signal.SIGKILL)
-        run_a.wait()
-        assert run_b.wait(timeout=180) == 0, logs[2].read_text(errors="replace")[-4000:]
+            def a_trains() -> bool:
+                assert run_a.poll() is None, tail(logs[1])
+                claimed = instance.event_log_storage.get_concurrency_info("psp_training")
+                checkpoints = (storage / "de" / "psp_model").glob("checkpoint-*")
+                return bool(claimed.claimed_slots) and any(checkpoints)
 
-        _wait(lambda: not _alive(steps[0]), 60, "A's orphaned step process to stop", logs)
-        runs = {r.run_id: r for r in instance.get_runs()}
-        statuses = sorted(r.status.value for r in runs.values())
+            wait_for(a_trains, 120, "run A to hold the training slot and checkpoint", logs)
+            steps = [p for p in children(run_a.pid) if "spawn_main" in cmdline(p)]
+            assert len(steps) == 1, [cmdline(p) for p in children(run_a.pid)]
+            # run B waits for the slot A holds ...
+            run_b = runs.execute("train_evaluate_job", quick_train, env, logs[2])
+            wait_for(
+                lambda: "blocked by limit for pool psp_training" in tail(logs[2], 10**6),
+                120,
+                "run B to wait for the training pool",
+                logs,
+            )
+            # ... A's run worker is killed; its step process is left an orphan
+            os.kill(run_a.pid, signal.SIGKILL)
+            run_a.wait()
+            assert run_b.wait(timeout=180) == 0, tail(logs[2])
+            wait_for(lambda: not alive(steps[0]), 60, "A's orphaned step process to stop", logs)
+
+        runs_by_id = {r.run_id: r for r in instance.get_runs()}
+        statuses = sorted(r.status.value for r in runs_by_id.values())
         assert statuses == ["FAILURE", "SUCCESS", "SUCCESS"], statuses
-        failed = next(r for r in runs.values() if r.status == DagsterRunStatus.FAILURE)
+        failed = next(r for r in runs_by_id.values() if r.status == DagsterRunStatus.FAILURE)
         assert failed.tags[WORKER_TAG]  # A recorded its worker
         assert instance.event_log_storage.get_concurrency_info("psp_training").claimed_slots == []
-        assert "is gone (killed?)" in logs[2].read_text(errors="replace")
+        assert "is gone (killed?)" in tail(logs[2], 10**6)
         assert (storage / "de" / "psp_model" / "model" / "config.json").is_file()
         instance.dispose()
     finally:
-        for process in started:  # each started a session: its group holds its step processes
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
         server.stop()
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""

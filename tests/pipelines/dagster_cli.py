@@ -1,0 +1,118 @@
+"""Real ``dagster job execute`` processes for fault tests: a SQLite ``DAGSTER_HOME`` with this
+repo's ``dagster.yaml``, the loopback OPUS server's de corpora, a tiny evaluation directory."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ops.opus_server import OpusServer
+from tests.pipelines.corpora import write_eval_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+DAGSTER = str(Path(sys.executable).with_name("dagster"))
+
+
+def dagster_env(work: Path, server: OpusServer, name: str = "") -> dict[str, str]:
+    """The environment of a run whose instance and storage live under ``work/name``."""
+    base = work / name if name else work
+    home, storage, eval_dir = base / "home", base / "storage", work / "eval"
+    home.mkdir(parents=True)
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    if not eval_dir.exists():
+        write_eval_dir(eval_dir)
+    return os.environ | {
+        "DAGSTER_HOME": str(home),
+        "PSP_STORAGE_ROOT": str(storage),
+        "PSP_OPUS_API": server.api_url,
+        "PSP_EVAL_DIR": str(eval_dir),
+        "PSP_DEVICE": "cpu",
+        "PYTHONPATH": str(ROOT),
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+
+
+def write_config(path: Path, profile: str, *, epochs: int, in_process: bool) -> Path:
+    """``configs/profile`` with ``epochs`` training epochs and the chosen executor."""
+    config = yaml.safe_load((ROOT / "configs" / profile).read_text())
+    config["ops"]["psp_model"]["config"]["epochs"] = epochs
+    config["execution"] = {"config": {"in_process": {}} if in_process else {"multiprocess": {}}}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Runs:
+    """Starts ``dagster job execute`` processes (each in a session of its own) and kills every
+    one still alive, with its step processes, on exit."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+
+    def execute(self, job: str, config: Path, env: dict, log: Path) -> subprocess.Popen:
+        command = [DAGSTER, "job", "execute", "-m", "pipelines.definitions", "-j", job]
+        command += ["--tags", json.dumps({"dagster/partition": "de"}), "-c", str(config)]
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=open(log, "wb"),  # noqa: SIM115 (the child holds it)
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.started.append(process)
+        return process
+
+    def __enter__(self) -> Runs:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for process in self.started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def tail(path: Path, chars: int = 3000) -> str:
+    return f"--- {path}\n{path.read_text(errors='replace')[-chars:]}" if path.exists() else ""
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, logs: list[Path]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n" + "\n".join(map(tail, logs)))
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, killed but not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

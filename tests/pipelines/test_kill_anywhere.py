@@ -1,0 +1,119 @@
+"""``kill -9`` anywhere in a language's run, then run again: the same outputs, nothing left.
+
+One uninterrupted ``dagster job execute`` of the quick profile gives the reference. A second
+instance and storage root then sees its run killed (the whole process group, ``SIGKILL``) at a
+random moment of every stage in turn, each time started again, and finally run to the end,
+which must need no manual step: every data output byte-identical to the reference, the same
+files and nothing else (no temporary file, no checkpoint, no partial download), every killed run
+marked failed and no pool slot held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus
+
+from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.corpora import publish_de
+from tests.pipelines.dagster_cli import Runs, dagster_env, tail, wait_for, write_config
+
+STAGES = [
+    "raw_pairs",
+    "langid_filtered_pairs",
+    "length_filtered_pairs",
+    "deduplicated_pairs",
+    "sentencepiece_model",
+    "training_data",
+    "psp_model",
+    "model_evaluation",
+]
+#: Files whose content records when or how fast (timings, dates), not what was computed.
+VOLATILE = {"manifest.json", "config.json", "results.json", "results.md"}
+#: Lock files of the training slot: flock targets that exist by design.
+KEPT_BETWEEN_RUNS = {".locks"}
+
+
+def _tree(storage: Path) -> dict[str, bytes | None]:
+    """Relative path -> bytes (None for volatile files) of everything under ``storage``."""
+    tree = {}
+    for path in sorted(storage.rglob("*")):
+        relative = path.relative_to(storage)
+        if relative.parts[0] in KEPT_BETWEEN_RUNS or path.is_dir():
+            continue
+        tree[str(relative)] = None if path.name in VOLATILE else path.read_bytes()
+    return tree
+
+
+def _sts(storage: Path) -> dict:
+    results = json.loads((storage / "de" / "model_evaluation" / "results.json").read_text())
+    return results["sts"]
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_of_every_stage_then_a_rerun_finishes_identically(
+    tmp_path, monkeypatch
+) -> None:
+    # a new seed each run (PSP_FAULT_SEED repeats one), named in every failure message
+    seed = int(os.environ.get("PSP_FAULT_SEED") or time.time_ns() % 2**32)
+    rng = random.Random(seed)
+    server = OpusServer().start()
+    try:
+        publish_de(server, build_moses_zip)
+        config = write_config(tmp_path / "quick.yaml", "quick.yaml", epochs=2, in_process=True)
+        reference, faulty = dagster_env(tmp_path, server, "ref"), dagster_env(tmp_path, server, "f")
+        logs = []
+        with Runs() as runs:
+            logs.append(tmp_path / "reference.log")
+            assert runs.execute("psp_language_job", config, reference, logs[-1]).wait(300) == 0
+            kills = []
+            for stage in STAGES:
+                logs.append(tmp_path / f"killed-in-{stage}.log")
+                process = runs.execute("psp_language_job", config, faulty, logs[-1])
+                wait_for(
+                    lambda log=logs[-1], p=process, stage=stage: (
+                        f'Started execution of step "{stage}"' in tail(log, 10**7)
+                        or p.poll() is not None
+                    ),
+                    240,
+                    f"step {stage} to start",
+                    logs[-1:],
+                )
+                assert process.poll() is None, tail(logs[-1])
+                delay = rng.uniform(0.0, 1.5)
+                time.sleep(delay)
+                os.killpg(process.pid, signal.SIGKILL)
+                # -9: killed; 0: the run had finished (the last stages take less than a second)
+                kills.append((stage, round(delay, 2), process.wait(), f"seed {seed}"))
+            logs.append(tmp_path / "final.log")
+            assert runs.execute("psp_language_job", config, faulty, logs[-1]).wait(300) == 0, tail(
+                logs[-1]
+            )
+
+        ref_storage = Path(reference["PSP_STORAGE_ROOT"])
+        faulty_storage = Path(faulty["PSP_STORAGE_ROOT"])
+        ref_tree, faulty_tree = _tree(ref_storage), _tree(faulty_storage)
+        assert sorted(faulty_tree) == sorted(ref_tree), f"killed at {kills}"
+        different = [path for path in ref_tree if ref_tree[path] != faulty_tree[path]]
+        assert different == [], f"killed at {kills}"
+        assert _sts(faulty_storage) == _sts(ref_storage)
+
+        monkeypatch.setenv("DAGSTER_HOME", faulty["DAGSTER_HOME"])
+        instance = DagsterInstance.from_config(faulty["DAGSTER_HOME"])
+        # every killed run ended: failed by the next run's dead-run sweep, or succeeded when
+        # the kill came after it had finished (its process was still shutting down)
+        statuses = [run.status for run in reversed(instance.get_runs())]  # oldest first
+        assert len(statuses) == len(STAGES) + 1 and statuses[-1] == DagsterRunStatus.SUCCESS
+        assert set(statuses) <= {DagsterRunStatus.FAILURE, DagsterRunStatus.SUCCESS}, kills
+        assert statuses.count(DagsterRunStatus.FAILURE) >= len(STAGES) - 2, kills
+        storage = instance.event_log_storage
+        assert storage.get_concurrency_info("psp_training").claimed_slots == []
+        instance.dispose()
+    finally:
+        server.stop()
