@@ -24,8 +24,11 @@ from typing import Any
 
 from ops.stale_temps import remove_stale_temps
 from pipelines.resources import StorageResource
+from psp_core.file_lock import exclusive_lock
 
 MANIFEST = "manifest.json"
+#: The lock file runs of a stage take turns on (removed by its holder when done).
+LOCK = ".stage.lock"
 log = logging.getLogger(__name__)
 
 
@@ -141,17 +144,27 @@ class Stage:
         ``compute`` writes the outputs (each atomically) and returns ``(outputs, record)``:
         output name -> file name in :attr:`directory`, and the JSON-able record. Temporary files
         that killed processes left in :attr:`directory` are removed first.
+
+        Runs of one stage take turns (a lock file in :attr:`directory`): a second run of the
+        same language waits for the first, then reuses what it wrote instead of computing it
+        again beside it.
         """
-        for path in remove_stale_temps(self.directory):
-            log.warning("%s [%s]: removed %s, left by a killed run", self.name, self.lang, path)
-        if not force and (manifest := self.cached(fingerprint)) is not None:
-            log.info(
-                "%s [%s]: inputs and settings unchanged, reusing %s",
-                self.name,
-                self.lang,
-                manifest.directory,
-            )
-            return manifest
-        self.invalidate()
-        outputs, record = compute()
-        return self.commit(fingerprint, outputs, record)
+        with exclusive_lock(
+            self.directory / LOCK,
+            on_wait=lambda: log.info(
+                "%s [%s]: another run is computing this stage; waiting for it", self.name, self.lang
+            ),
+        ):
+            for path in remove_stale_temps(self.directory):
+                log.warning("%s [%s]: removed %s, left by a killed run", self.name, self.lang, path)
+            if not force and (manifest := self.cached(fingerprint)) is not None:
+                log.info(
+                    "%s [%s]: inputs and settings unchanged, reusing %s",
+                    self.name,
+                    self.lang,
+                    manifest.directory,
+                )
+                return manifest
+            self.invalidate()
+            outputs, record = compute()
+            return self.commit(fingerprint, outputs, record)

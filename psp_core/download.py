@@ -31,21 +31,21 @@ in memory) and renames it to ``dest`` only once it is complete and checked:
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
+
+from psp_core.file_lock import exclusive_lock
 
 log = logging.getLogger(__name__)
 
@@ -164,43 +164,14 @@ def download(
         log.info("cache hit, not downloading: %s", dest)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _only_downloader(dest):
+    with exclusive_lock(
+        dest.with_name(f".{dest.name}.lock"),
+        on_wait=lambda: log.info("another process is downloading %s; waiting for it", dest),
+    ):
         if dest.is_file():  # another process finished it while this one waited
             log.info("downloaded meanwhile by another process: %s", dest)
             return dest
         return _download_locked(url, dest, session, retries, backoff, timeout, verify)
-
-
-@contextmanager
-def _only_downloader(dest: Path) -> Iterator[None]:
-    """Hold the advisory lock of ``dest`` (waiting, with one log line, while another has it).
-
-    The holder removes the lock file when it is done, so nothing is left beside the cache; a
-    waiter that then gets the lock of a removed file opens the path again.
-    """
-    lock = dest.with_name(f".{dest.name}.lock")
-    announced = False
-    while True:
-        handle = open(lock, "a")  # noqa: SIM115 (closed below or after the yield)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not announced:
-                log.info("another process is downloading %s; waiting for it", dest)
-                announced = True
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            current = os.stat(lock).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(handle.fileno()).st_ino:
-            break
-        handle.close()  # the holder removed this file: take the lock of the path's new file
-    try:
-        yield
-    finally:
-        lock.unlink(missing_ok=True)
-        handle.close()
 
 
 def _download_locked(
