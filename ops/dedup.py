@@ -22,7 +22,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.pair_files import DEFAULT_BATCH, PairWriter, iter_pair_batches, pair_file_info
+from ops.pair_files import (
+    CORPUS,
+    DEFAULT_BATCH,
+    PairWriter,
+    has_corpus_column,
+    iter_pair_batches,
+    pair_file_info,
+)
 from ops.stage_report import StageReport
 from ops.uint64_table import EMPTY, MAX_LOAD, insert_distinct, nonzero_keys, splitmix64
 
@@ -134,20 +141,27 @@ def deduplicate(
 ) -> StageReport:
     """Lowercase both sides and drop exact repeats of a (lowercased) pair, keeping the first.
 
-    The output text is lowercased (the paper lowercases everything); a ``score`` column is
-    passed through with its pair's first copy. Drop reason: ``duplicate``.
+    The output text is lowercased (the paper lowercases everything); ``score`` and ``corpus``
+    columns are passed through with their pair's first copy. Drop reason: ``duplicate``.
     """
     n_pairs, src_lang, tgt_lang, has_score = pair_file_info(input)
+    with_corpus = has_corpus_column(input)
     seen = FingerprintSet(capacity=n_pairs / MAX_LOAD + 8)
     report = StageReport("deduplicate")
     with PairWriter(
-        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+        output,
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        with_score=has_score,
+        with_corpus=with_corpus,
+        background=True,
     ) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
             src, tgt = lowercase(batch.column("src")), lowercase(batch.column("tgt"))
             is_new = seen.add(pair_fingerprints(src, tgt))
             columns = [src, tgt] + ([batch.column("score")] if has_score else [])
+            columns += [batch.column(CORPUS)] if with_corpus else []
             lowered = pa.RecordBatch.from_arrays(columns, schema=writer.schema)
             writer.write_batch(lowered.filter(pa.array(is_new)))
             report.n_out += int(is_new.sum())

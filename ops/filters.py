@@ -35,7 +35,13 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from ops.pair_files import DEFAULT_BATCH, PairWriter, iter_pair_batches, pair_file_info
+from ops.pair_files import (
+    DEFAULT_BATCH,
+    PairWriter,
+    has_corpus_column,
+    iter_pair_batches,
+    pair_file_info,
+)
 from ops.stage_report import StageReport
 
 Kind = Literal["bitext", "paraphrase"]
@@ -164,7 +170,12 @@ def filter_pairs(
     verdicts = _bitext_verdicts if kind == "bitext" else _paraphrase_verdicts
     report = StageReport(f"filter_{kind}")
     with PairWriter(
-        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+        output,
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        with_score=has_score,
+        with_corpus=has_corpus_column(input),
+        background=True,
     ) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows

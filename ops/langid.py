@@ -24,7 +24,13 @@ import pyarrow.compute as pc
 
 from ops.fasttext_batch import batch_predictor
 from ops.ordered_pool import ordered_map
-from ops.pair_files import PairWriter, iter_pair_batches, pair_columns, pair_file_info
+from ops.pair_files import (
+    PairWriter,
+    has_corpus_column,
+    iter_pair_batches,
+    pair_columns,
+    pair_file_info,
+)
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
@@ -242,7 +248,12 @@ def filter_language(
     wanted = {side: labels.index(code) for side, code in expected.items()}
     confusions: dict[str, Counter[str]] = {"src": Counter(), "tgt": Counter()}
     with PairWriter(
-        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+        output,
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        with_score=has_score,
+        with_corpus=has_corpus_column(input),
+        background=True,
     ) as writer:
         for batch, predictions in ordered_map(
             _identify_sides,

@@ -2,8 +2,10 @@
 
 A pair file is a Parquet file with two string columns, ``src`` and ``tgt`` (for bitext ``src``
 is always the English side, whatever order OPUS names the pair in; for paraphrase data ``src``
-is the reference and ``tgt`` the paraphrase), and an optional float32 ``score`` column
-(ParaNMT's paraphrase score). The schema's metadata records ``src_lang`` and ``tgt_lang``.
+is the reference and ``tgt`` the paraphrase), an optional float32 ``score`` column (ParaNMT's
+paraphrase score) and an optional string ``corpus`` column (which OPUS corpus a pair came from,
+carried by the filters up to the per-corpus caps, see :mod:`ops.caps`). The schema's metadata
+records ``src_lang`` and ``tgt_lang``.
 
 Writers append record batches and rename a temporary file into place only when closed without
 error; readers stream fixed-size record batches, so no stage holds a corpus in memory.
@@ -44,11 +46,23 @@ def _open(path: str | Path) -> pq.ParquetFile:
     return pq.ParquetFile(path, pre_buffer=False, buffer_size=_READ_BUFFER)
 
 
-def pair_schema(src_lang: str, tgt_lang: str, *, with_score: bool) -> pa.Schema:
+CORPUS = "corpus"
+
+
+def pair_schema(
+    src_lang: str, tgt_lang: str, *, with_score: bool, with_corpus: bool = False
+) -> pa.Schema:
     fields = [pa.field("src", pa.string()), pa.field("tgt", pa.string())]
     if with_score:
         fields.append(pa.field("score", pa.float32()))
+    if with_corpus:
+        fields.append(pa.field(CORPUS, pa.string()))
     return pa.schema(fields, metadata={"src_lang": src_lang, "tgt_lang": tgt_lang})
+
+
+def has_corpus_column(path: str | Path) -> bool:
+    """Whether the pair file records each pair's corpus."""
+    return CORPUS in _open(path).schema_arrow.names
 
 
 class PairWriter:
@@ -67,11 +81,15 @@ class PairWriter:
         src_lang: str,
         tgt_lang: str,
         with_score: bool = False,
+        with_corpus: bool = False,
         background: bool = False,
     ) -> None:
         self.path = Path(path)
-        self.schema = pair_schema(src_lang, tgt_lang, with_score=with_score)
+        self.schema = pair_schema(
+            src_lang, tgt_lang, with_score=with_score, with_corpus=with_corpus
+        )
         self.with_score = with_score
+        self.with_corpus = with_corpus
         self.n_pairs = 0
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._writer: pq.ParquetWriter | None = None
@@ -82,7 +100,10 @@ class PairWriter:
 
     def __enter__(self) -> PairWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(self._tmp, self.schema, **PARQUET_OPTIONS)
+        options = PARQUET_OPTIONS
+        if self.with_corpus:  # a few names repeated on every row: a dictionary stores them once
+            options = {**PARQUET_OPTIONS, "use_dictionary": [CORPUS]}
+        self._writer = pq.ParquetWriter(self._tmp, self.schema, **options)
         if self._background:
             self._pending = queue.Queue(2)
             self._thread = threading.Thread(
@@ -92,8 +113,13 @@ class PairWriter:
         return self
 
     def write(
-        self, src: Sequence[str], tgt: Sequence[str], score: Sequence[float] | None = None
+        self,
+        src: Sequence[str],
+        tgt: Sequence[str],
+        score: Sequence[float] | None = None,
+        corpus: str | None = None,
     ) -> None:
+        """Append pairs (with their scores, and the name of the corpus they all come from)."""
         if len(src) != len(tgt):
             raise ValueError(f"{self.path}: {len(src)} source lines but {len(tgt)} target lines")
         if (score is not None) != self.with_score:
@@ -101,11 +127,18 @@ class PairWriter:
                 f"{self.path}: the file was opened with_score={self.with_score}, "
                 f"but write() got score={'a column' if score is not None else 'None'}"
             )
+        if (corpus is not None) != self.with_corpus:
+            raise ValueError(
+                f"{self.path}: the file was opened with_corpus={self.with_corpus}, "
+                f"but write() got corpus={corpus!r}"
+            )
         if not len(src):
             return
         columns = [pa.array(src, pa.string()), pa.array(tgt, pa.string())]
         if score is not None:
             columns.append(pa.array(score, pa.float32()))
+        if corpus is not None:
+            columns.append(pa.repeat(pa.scalar(corpus, pa.string()), len(src)))
         self.write_batch(pa.RecordBatch.from_arrays(columns, schema=self.schema))
 
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
