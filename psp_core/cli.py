@@ -12,11 +12,17 @@ from dataclasses import MISSING, fields
 from itertools import islice
 from pathlib import Path
 
-import numpy as np
-
 from psp_core.bundle import BundleError
 from psp_core.download import DownloadError
 from psp_core.model import load_model
+from psp_core.output_files import (
+    NpyWriter,
+    OutputError,
+    check_output_directory,
+    check_output_file,
+    replaced_when_done,
+    write_error,
+)
 from psp_core.training import CheckpointWriteError, NonFiniteLossError, TrainConfig, train
 from psp_core.training_file import TrainingFileError
 
@@ -66,68 +72,70 @@ def _chunks(iterator, size):
         yield chunk
 
 
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
 def cmd_embed(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_file), "sentence file")
+    output = check_output_file(args.output_file)
     model = load_model(args.model, num_threads=args.threads)
     count = sum(1 for _ in read_lines(source))
-    output = Path(args.output_file)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(output)
-    array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(count, model.dim))
-    try:
-        done = 0
+    with replaced_when_done(output) as handle:
+        array = NpyWriter(handle, (count, model.dim))  # a full disk fails here, before embedding
         for chunk in _chunks((text for _, text in read_lines(source)), CHUNK_LINES):
-            array[done : done + len(chunk)] = model.embed(
-                chunk, batch_size=args.batch_size, normalize=args.normalize
-            )
-            done += len(chunk)
-        array.flush()
-        del array
-        os.replace(tmp, output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            array.write(model.embed(chunk, batch_size=args.batch_size, normalize=args.normalize))
+        array.close()
     log.info("wrote %d x %d embeddings to %s", count, model.dim, output)
+
+
+def _write_scores(handle, model, source: Path, batch_size: int) -> None:
+    for chunk in _chunks(read_pairs(source), CHUNK_LINES):
+        scores = model.score(chunk, batch_size=batch_size)
+        handle.writelines(
+            f"{first}\t{second}\t{score:.6f}\n"
+            for (first, second), score in zip(chunk, scores, strict=True)
+        )
 
 
 def cmd_score(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_pair_file), "sentence pair file")
+    output = check_output_file(args.output_file) if args.output_file else None
     model = load_model(args.model, num_threads=args.threads)
-    output = Path(args.output_file) if args.output_file else None
-    tmp = _temporary(output) if output else None
     if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(tmp, "w", encoding="utf-8") if tmp else sys.stdout
+        with replaced_when_done(output, "w") as handle:
+            _write_scores(handle, model, source, args.batch_size)
+        return
     try:
-        for chunk in _chunks(read_pairs(source), CHUNK_LINES):
-            scores = model.score(chunk, batch_size=args.batch_size)
-            handle.writelines(
-                f"{first}\t{second}\t{score:.6f}\n"
-                for (first, second), score in zip(chunk, scores, strict=True)
-            )
-        if tmp:
-            handle.close()
-            os.replace(tmp, output)
-    except BaseException:
-        if tmp:
-            handle.close()
-            tmp.unlink(missing_ok=True)
-        raise
+        _write_scores(sys.stdout, model, source, args.batch_size)
+        sys.stdout.flush()
+    except OSError as error:
+        if isinstance(error, BrokenPipeError) or error.filename is not None:
+            raise
+        _abandon_stdout()
+        raise write_error("standard output", error) from error
+
+
+def _abandon_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's last flush of what could
+    not be written does not fail again at exit (the recipe of Python's ``signal`` docs)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     _require_file(Path(args.data), "training file")
     _require_file(Path(args.spm), "sentencepiece model")
+    if args.dev_sts:
+        _require_file(Path(args.dev_sts), "dev STS file")
+    if args.max_length < 0:
+        raise CliError(f"--max-length must be 0 (no limit) or positive, got {args.max_length}")
+    check_output_directory(args.output, "output bundle directory")
+    if args.checkpoint_dir:
+        check_output_directory(args.checkpoint_dir, "checkpoint directory")
     config = TrainConfig(**{name: getattr(args, name) for name in _train_config_fields()})
     evaluator = None
     if args.dev_sts:
         from psp_core.evaluation import StsEvaluator
 
-        evaluator = StsEvaluator(_require_file(Path(args.dev_sts), "dev STS file"))
+        evaluator = StsEvaluator(Path(args.dev_sts))
     result = train(
         args.data,
         args.spm,
@@ -175,6 +183,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     unknown = [s for s in suites if s not in SUITES]
     if unknown or not suites:
         raise CliError(f"--suites {args.suites!r}: expected a comma-separated subset of {SUITES}")
+    output = check_output_file(args.output_json, "--output-json") if args.output_json else None
     languages = args.tatoeba_languages.split(",") if args.tatoeba_languages else None
     model = load_model(args.model, num_threads=args.threads)
     results = evaluate_model(
@@ -185,13 +194,16 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         speed_repeats=args.speed_repeats,
         model_name=str(args.model),
     )
+    if not (results.sts or results.sts17 or results.stsb or results.tatoeba or results.speed):
+        raise CliError(
+            f"nothing to evaluate in {eval_dir} for suites {','.join(suites)}: expected "
+            "sts/YEAR/NAME.tsv, sts17/PAIR.tsv, stsb/{train,dev,test}.tsv (gold<TAB>s1<TAB>s2) "
+            "or tatoeba/xxx-eng.xxx + tatoeba/xxx-eng.eng (psp fetch-eval-data builds them)"
+        )
     sys.stdout.write(results.to_markdown())
-    if args.output_json:
-        output = Path(args.output_json)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary(output)
-        tmp.write_text(json.dumps(results.to_dict(), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, output)
+    if output:
+        with replaced_when_done(output, "w") as handle:
+            handle.write(json.dumps(results.to_dict(), indent=2) + "\n")
         log.info("wrote %s", output)
 
 
@@ -202,6 +214,7 @@ def cmd_mine(args: argparse.Namespace) -> None:
     target = _require_file(Path(args.target_file), "target file")
     if args.k < 1:
         raise CliError(f"--k must be >= 1, got {args.k}")
+    check_output_file(args.output_file)
     model = load_model(args.model, num_threads=args.threads)
     report = mine_files(
         model,
@@ -237,6 +250,7 @@ def cmd_fetch_eval_data(args: argparse.Namespace) -> None:
             raise CliError(
                 f"{path}: expected a JSON object {{file name: {{url, format[, sha256]}}}} ({error})"
             ) from error
+    check_output_directory(args.dest, "evaluation directory")
     formats = args.formats.split(",") if args.formats else None
     written = prepare_eval_data(args.dest, sources=sources, formats=formats)
     print(json.dumps({"written": written}, indent=2))
@@ -357,19 +371,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         args.handler(args)
+    except BrokenPipeError:
+        # whoever read our standard output stopped (psp score ... | head): stop quietly
+        _abandon_stdout()
+        return 1
     except (
         CliError,
+        OutputError,
         BundleError,
         TrainingFileError,
         NonFiniteLossError,
         CheckpointWriteError,
-        FileNotFoundError,
+        OSError,
         DownloadError,
         ValueError,
     ) as error:
-        print(f"psp: error: {error}", file=sys.stderr)
+        print(f"psp: error: {_one_line(error)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _one_line(error: Exception) -> str:
+    """``PATH: reason`` for an OSError of the standard library (``[Errno 13] ...: 'PATH'``);
+    our own errors already say what they mean."""
+    plain = isinstance(error, OSError) and type(error).__str__ is OSError.__str__
+    if plain and error.filename is not None and error.strerror:
+        names = f"{error.filename} -> {error.filename2}" if error.filename2 else error.filename
+        return f"{names}: {error.strerror}"
+    return str(error)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,14 @@ import pytest
 
 
 @contextmanager
-def tiny_tmpfs(mountpoint: Path, size_kib: int = 64) -> Iterator[Path]:
+def tiny_tmpfs(mountpoint: Path, size_kib: int = 64, *, read_only: bool = False) -> Iterator[Path]:
     """Mount a ``size_kib`` tmpfs at ``mountpoint`` for the ``with`` block (skip if not allowed)."""
     mountpoint.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         pytest.skip("mounting a tiny tmpfs needs root; the simulated disk-full tests still run")
+    options = f"size={size_kib}k" + (",ro" if read_only else "")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(mountpoint)],
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mountpoint)],
         capture_output=True,
         text=True,
     )
@@ -33,6 +34,22 @@ def tiny_tmpfs(mountpoint: Path, size_kib: int = 64) -> Iterator[Path]:
         yield mountpoint
     finally:
         subprocess.run(["umount", "-l", str(mountpoint)], check=True)
+
+
+@contextmanager
+def read_only_directory(path: Path) -> Iterator[Path]:
+    """A directory nobody may write in: mode 0555, or for root (whom modes do not stop) a
+    read-only tmpfs."""
+    if os.geteuid() == 0:
+        with tiny_tmpfs(path, read_only=True) as mounted:
+            yield mounted
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o555)
+    try:
+        yield path
+    finally:
+        path.chmod(0o755)
 
 
 def fill_up(directory: Path) -> Path:
