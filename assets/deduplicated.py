@@ -1,5 +1,7 @@
-"""deduplicated_pairs: lowercased, exact-pair deduplicated (first copy kept), and for languages
-with a pre-tokenizer (zh) segmented with jieba: the text the vocabulary and model see."""
+"""deduplicated_pairs: lowercased, exact-pair deduplicated (first copy kept), capped per corpus
+(a seeded sample of the pairs that passed the filters, as the reference takes its 4M of
+OpenSubtitles and MultiUN), and for languages with a pre-tokenizer (zh) segmented with jieba:
+the text the vocabulary and model see."""
 
 from dagster import (
     AssetCheckResult,
@@ -13,15 +15,19 @@ from dagster import (
 )
 
 from assets.config import StageConfig
-from assets.metadata import pipeline_funnel_markdown, report_metadata
+from assets.metadata import corpora_table, pipeline_funnel_markdown, report_metadata
 from assets.stage import Stage, fingerprint
+from ops.caps import cap_corpora
 from ops.dedup import deduplicate
+from ops.pair_files import has_corpus_column
 from ops.segmentation import segment_pairs
 from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
 from pipelines.resources import ComputeResource, StorageResource
 
-CODE_VERSION = "1"
+CODE_VERSION = "2"
+#: Seed of the per-corpus cap samples (ops.caps).
+CAP_SEED = 1234
 CHECK = "deduplicated_pairs_not_empty"
 FUNNEL_STAGES = ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
 
@@ -40,29 +46,44 @@ def deduplicated_pairs(
     storage: StorageResource,
     compute: ComputeResource,
 ) -> MaterializeResult:
-    """Lowercase and drop repeated pairs; segment Chinese with jieba."""
+    """Lowercase and drop repeated pairs, cap corpora (seeded samples); segment Chinese."""
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "deduplicated_pairs")
     upstream = stage.upstream("length_filtered_pairs")
+    caps = {corpus.name: corpus.cap for corpus in spec.corpora if corpus.cap is not None}
     key = fingerprint(
         stage=stage.name,
         code=CODE_VERSION,
         upstream=upstream.fingerprint,
         pretokenizer=spec.pretokenizer,
+        caps=caps,
+        cap_seed=CAP_SEED,
     )
 
     def run() -> tuple[dict, dict]:
         final = stage.path("pairs.parquet")
-        if spec.pretokenizer == "none":
-            return {"pairs": final.name}, deduplicate(upstream.output("pairs"), final).as_dict()
-        unsegmented = stage.path("deduplicated.parquet")
-        report = deduplicate(upstream.output("pairs"), unsegmented).as_dict()
-        segmented = segment_pairs(
-            unsegmented, final, cache_dir=storage.cache_dir(), workers=compute.worker_count()
-        ).as_dict()
-        unsegmented.unlink()
-        report["seconds"] += segmented["seconds"]
-        return {"pairs": final.name}, report | {"segmentation": segmented}
+        segment = spec.pretokenizer != "none"
+        source = upstream.output("pairs")
+        with_corpus = has_corpus_column(source)
+        deduplicated = stage.path("deduplicated.parquet") if with_corpus or segment else final
+        record = deduplicate(source, deduplicated).as_dict()
+        if with_corpus:  # caps, and the corpus column goes: later stages do not need it
+            capped = stage.path("capped.parquet") if segment else final
+            caps_record = cap_corpora(deduplicated, capped, caps, seed=CAP_SEED).as_dict()
+            deduplicated.unlink()
+            deduplicated = capped
+            record["n_out"] = caps_record["n_out"]
+            record["dropped"] = record["dropped"] | caps_record["dropped"]
+            record["seconds"] += caps_record["seconds"]
+            record["caps"] = caps_record
+        if segment:
+            segmented = segment_pairs(
+                deduplicated, final, cache_dir=storage.cache_dir(), workers=compute.worker_count()
+            ).as_dict()
+            deduplicated.unlink()
+            record["seconds"] += segmented["seconds"]
+            record["segmentation"] = segmented
+        return {"pairs": final.name}, record
 
     manifest = stage.run(key, run, force=config.force)
     record = manifest.record
@@ -71,6 +92,14 @@ def deduplicated_pairs(
     funnel.append((stage.name, record))
     metadata["pipeline_funnel"] = MetadataValue.md(pipeline_funnel_markdown(funnel))
     metadata["pretokenizer"] = MetadataValue.text(spec.pretokenizer)
+    if "caps" in record:
+        raw = stage.upstream("raw_pairs").record
+        lines_read = {
+            name: part["n_in"]
+            for source in raw.get("parts", [])
+            for name, part in source.get("corpora", {}).items()
+        }
+        metadata["corpora"] = corpora_table(lines_read, record["caps"])
     return MaterializeResult(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import MetadataValue
+from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
 from assets.stage import Manifest
 
@@ -56,3 +56,33 @@ def common_metadata(manifest: Manifest, output: str) -> dict:
         "fingerprint": MetadataValue.text(manifest.fingerprint),
         "reused": MetadataValue.bool(manifest.reused),
     }
+
+
+CORPUS_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("corpus", "string"),
+        TableColumn("lines_read", "int", description="line pairs read from the source"),
+        TableColumn("passing", "int", description="pairs that passed every filter and dedup"),
+        TableColumn("cap", "string", description="at most this many kept (seeded sample)"),
+        TableColumn("kept", "int", description="pairs the language's training data takes"),
+    ]
+)
+
+
+def corpora_table(lines_read: Mapping[str, int], caps_record: Mapping[str, Any]) -> MetadataValue:
+    """Per corpus: lines read (raw_pairs), pairs passing the filters, cap and pairs kept."""
+    rows = []
+    for name, counts in caps_record.get("corpora", {}).items():
+        cap = counts.get("cap")
+        rows.append(
+            TableRecord(
+                {
+                    "corpus": name,
+                    "lines_read": int(lines_read.get(name, 0)),
+                    "passing": int(counts["passing"]),
+                    "cap": "-" if cap is None else f"{cap:,}",
+                    "kept": int(counts["kept"]),
+                }
+            )
+        )
+    return MetadataValue.table(rows, schema=CORPUS_COLUMNS)

@@ -19,12 +19,11 @@ from __future__ import annotations
 import logging
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import pyarrow as pa
 import requests
 
 from ops.moses_zip import read_moses_zip_batches
@@ -237,11 +236,11 @@ def fetch_opus_bitext(
     """Download the en-``lang`` moses zips of ``corpora`` and write one raw pair file.
 
     The pair file has ``src`` = English always and ``tgt_lang`` = ``lang`` (the partition code,
-    ``zh`` even where OPUS says ``zh_cn``). Corpora are concatenated in the given order, each
-    cut at its cap. Lines past a cap are still read (cheaply, without being written), so the
-    counts are exact and the whole zip is checked for alignment and CRC errors. The report
-    counts every line pair read; drops are ``capped``, ``empty`` and ``undecodable``;
-    per-corpus reports are in ``report.corpora``.
+    ``zh`` even where OPUS says ``zh_cn``), and a ``corpus`` column naming each pair's corpus.
+    Corpora are concatenated in the given order, whole: a corpus's cap is applied after the
+    filters, as a seeded sample of the pairs that pass them (:func:`ops.caps.cap_corpora`),
+    never to the first lines of the file. The report counts every line pair read; drops are
+    ``empty`` and ``undecodable``; per-corpus reports are in ``report.corpora``.
 
     Raises:
         OpusError: a corpus is missing from the API, its download failed (404, retries
@@ -262,12 +261,14 @@ def fetch_opus_bitext(
         "timeout": timeout,
     }
     report = CorpusMixReport("opus_bitext")
-    with PairWriter(output, src_lang="en", tgt_lang=lang, background=True) as writer:
+    with PairWriter(
+        output, src_lang="en", tgt_lang=lang, with_corpus=True, background=True
+    ) as writer:
         for corpus in corpora:
             zip_path = fetch_opus_zip(corpus, lang, cache_dir, **options)
             part = StageReport(f"opus_bitext:{corpus.name}")
             try:
-                _copy_capped(zip_path, corpus, lang, part, writer)
+                _copy(zip_path, corpus, lang, part, writer)
             except (zipfile.BadZipFile, zlib.error, EOFError) as err:
                 raise OpusError(
                     f"{corpus.describe(lang)}: the cached zip {zip_path} is corrupt ({err}); "
@@ -278,31 +279,16 @@ def fetch_opus_bitext(
     return report.finish()
 
 
-def _copy_capped(
+def _copy(
     zip_path: Path, corpus: OpusCorpus, lang: str, part: StageReport, writer: PairWriter
 ) -> None:
-    """Append the corpus's pairs (English first) to ``writer``, keeping at most its cap."""
+    """Append the corpus's pairs (English first) to ``writer``, labelled with its name."""
     batches = read_moses_zip_batches(
         zip_path, corpus=corpus.name, src_lang="en", tgt_lang=corpus.opus_code(lang), report=part
     )
-    for src, tgt in _capped(batches, corpus.cap, part):
-        writer.write(src, tgt)
-
-
-def _capped(
-    batches: Iterable[tuple[pa.StringArray, pa.StringArray]], cap: int | None, part: StageReport
-) -> Iterator[tuple[pa.StringArray, pa.StringArray]]:
-    """The batches cut at ``cap`` kept pairs in all (counted in ``part.n_out``).
-
-    Batches past the cap are still read (and checked) to the end of the zip, their pairs
-    counted as ``capped``; the batch that reaches the cap is cut there.
-    """
-    for english, other in batches:
-        keep = len(english) if cap is None else max(0, min(len(english), cap - part.n_out))
-        part.drop("capped", len(english) - keep)
-        if keep:
-            part.n_out += keep
-            yield english[:keep], other[:keep]
+    for src, tgt in batches:
+        part.n_out += len(src)
+        writer.write(src, tgt, corpus=corpus.name)
 
 
 @dataclass

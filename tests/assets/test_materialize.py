@@ -20,6 +20,7 @@ from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
 from tests.pipelines.corpora import (
     NOT_GERMAN,
+    de_corpus_lines,
     english_chinese,
     english_german,
     paranmt_lines,
@@ -211,6 +212,43 @@ def test_opus_version_override_from_run_config(opus_server: OpusServer, tmp_path
     sources = metadata_of(result, "raw_pairs")["sources"]
     assert {c["name"]: c["version"] for c in sources["corpora"]}["Tanzil"] == "v2"
     assert (tmp_path / "storage" / "cache" / "opus" / "Tanzil" / "v2" / "de-en.txt.zip").is_file()
+
+
+def test_a_corpus_cap_samples_the_pairs_that_passed_the_filters(
+    opus_server: OpusServer, tmp_path: Path, monkeypatch
+) -> None:
+    """OpenSubtitles capped at 100: 100 of its ~220 passing pairs, drawn from the whole
+    corpus (not its first lines), the other corpora whole; the metadata says so per corpus."""
+    publish_de(opus_server, build_moses_zip)
+    registry = tmp_path / "languages.toml"
+    registry.write_text(
+        '[languages.de]\nsource = "opus"\ncorpora = [\n'
+        '  { name = "OpenSubtitles", version = "v2018", cap = 100 },\n'
+        '  { name = "Tanzil", version = "v1" },\n  { name = "GlobalVoices", version = "v2017q3" },\n]\n'
+    )
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    stages = assets_named(
+        "raw_pairs", "langid_filtered_pairs", "length_filtered_pairs", "deduplicated_pairs"
+    )
+    result = materialize(stages, partition_key="de", resources=resources)
+    assert result.success
+    table = metadata_of(result, "deduplicated_pairs")["corpora"]
+    rows = {r.data["corpus"]: r.data for r in table.records}
+    english, german = de_corpus_lines("OpenSubtitles", 0)
+    assert rows["OpenSubtitles"]["lines_read"] == len(english)
+    assert rows["OpenSubtitles"]["passing"] > 150 and rows["OpenSubtitles"]["kept"] == 100
+    for corpus in ("Tanzil", "GlobalVoices"):
+        assert rows[corpus]["kept"] == rows[corpus]["passing"] > 50
+    output = tmp_path / "storage" / "de" / "deduplicated_pairs" / "pairs.parquet"
+    kept = set(iter_pairs(output))
+    first_seen: dict[tuple[str, str], int] = {}
+    for i, pair in enumerate(zip(english, german, strict=True)):
+        first_seen.setdefault((pair[0].lower(), pair[1].lower()), i)
+    positions = sorted(i for pair, i in first_seen.items() if pair in kept)
+    assert len(positions) == 100 and max(positions) > 200 and min(positions) < 20
+    dedup = metadata_of(result, "deduplicated_pairs")
+    assert "dropped: capped" in dedup["funnel"]
 
 
 def test_local_source_from_a_registry_entry(tmp_path: Path, monkeypatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from ops import opus
@@ -73,9 +74,11 @@ def test_english_is_always_src_and_tgt_lang_is_the_partition_code(
     assert cached.is_file()
 
 
-def test_mixture_is_concatenated_capped_and_counted_per_corpus(
+def test_mixture_is_concatenated_whole_labelled_and_counted_per_corpus(
     opus_server: OpusServer, tmp_path: Path
 ) -> None:
+    """Caps are not applied here (they apply after the filters, ops.caps): every corpus is
+    read and written whole, each pair labelled with its corpus."""
     serve(opus_server, "OpenSubtitles", "v2018", "de", 30)
     english, other = parallel("Tanzil", "de", 6)
     english[1], other[4] = "", b"\xff broken"
@@ -90,18 +93,20 @@ def test_mixture_is_concatenated_capped_and_counted_per_corpus(
     ]
     output, report = fetch(opus_server, tmp_path, "de", corpora)
     pairs = list(iter_pairs(output))
-    assert [p[0] for p in pairs[:12]] == parallel("OpenSubtitles", "de", 30)[0][:12]
-    assert [p[0] for p in pairs[12:16]] == [english[i] for i in (0, 2, 3, 5)]
-    assert [p[0] for p in pairs[16:]] == parallel("GlobalVoices", "de", 4)[0]
+    assert [p[0] for p in pairs[:30]] == parallel("OpenSubtitles", "de", 30)[0]
+    assert [p[0] for p in pairs[30:34]] == [english[i] for i in (0, 2, 3, 5)]
+    assert [p[0] for p in pairs[34:]] == parallel("GlobalVoices", "de", 4)[0]
+    labels = pq.read_table(output, columns=["corpus"]).column("corpus").to_pylist()
+    assert labels == ["OpenSubtitles"] * 30 + ["Tanzil"] * 4 + ["GlobalVoices"] * 4
     summary = report.as_dict()
-    assert (summary["n_in"], summary["n_out"]) == (40, 20)
-    assert summary["dropped"] == {"capped": 18, "empty": 1, "undecodable": 1}
+    assert (summary["n_in"], summary["n_out"]) == (40, 38)
+    assert summary["dropped"] == {"empty": 1, "undecodable": 1}
     per_corpus = {
         name: (part["n_in"], part["n_out"], part["dropped"])
         for name, part in summary["corpora"].items()
     }
     assert per_corpus == {
-        "OpenSubtitles": (30, 12, {"capped": 18}),
+        "OpenSubtitles": (30, 30, {}),
         "Tanzil": (6, 4, {"empty": 1, "undecodable": 1}),
         "GlobalVoices": (4, 4, {}),
     }
@@ -275,12 +280,10 @@ def test_corrupt_cached_zip_is_named_with_what_to_do(tmp_path: Path) -> None:
     assert not (tmp_path / "out.parquet").exists()
 
 
-@pytest.mark.parametrize("cap", [0, 1, 3, 7, 11, None])
-def test_caps_are_exact_across_read_batches(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cap: int | None
+def test_every_line_is_read_and_counted_across_read_batches(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # batches of 3 line pairs, with skips on both sides, so the cap falls inside and between
-    # batches and after skipped pairs; every line is still read and counted
+    # batches of 3 line pairs, with skips on both sides, inside and between batches
     monkeypatch.setattr(
         opus, "read_moses_zip_batches", partial(read_moses_zip_batches, batch_size=3)
     )
@@ -291,12 +294,10 @@ def test_caps_are_exact_across_read_batches(
     cached.write_bytes(build_moses_zip("Tanzil", "en", "de", english, other))
     output = tmp_path / "out.parquet"
     report = fetch_opus_bitext(
-        "de", [OpusCorpus("Tanzil", "v1", cap=cap)], tmp_path / "cache", output,
+        "de", [OpusCorpus("Tanzil", "v1", cap=3)], tmp_path / "cache", output,
         api_base="http://127.0.0.1:9/unused/",
     )  # fmt: skip
     valid = [i for i in range(16) if i not in (1, 4, 6, 7, 15)]
-    kept = valid if cap is None else valid[:cap]
-    assert [src for src, _ in iter_pairs(output)] == [english[i] for i in kept]
-    capped = len(valid) - len(kept)
-    expected = {"empty": 3, "undecodable": 2} | ({"capped": capped} if capped else {})
-    assert (report.n_in, report.n_out, dict(report.dropped)) == (16, len(kept), expected)
+    assert [src for src, _ in iter_pairs(output)] == [english[i] for i in valid]
+    expected = {"empty": 3, "undecodable": 2}
+    assert (report.n_in, report.n_out, dict(report.dropped)) == (16, len(valid), expected)

@@ -1,0 +1,163 @@
+"""Per-corpus caps as the reference applies them: a seeded uniform sample of the pairs that
+passed the filters, never the first lines of a file.
+
+The reference recipe shuffles a corpus, filters it, then keeps its first N pairs (4M of
+OpenSubtitles and of MultiUN in the paper). :func:`cap_corpora` does the same on a filtered
+pair file whose ``corpus`` column says where each pair came from: every pair of a capped corpus
+gets a seeded 64-bit key (the pair's fingerprint mixed with the seed), and the ``cap`` pairs
+with the smallest keys are kept. That is a uniform random sample drawn from the whole file, of
+exactly ``min(cap, passing pairs)`` pairs, in file order, and the same for the same seed.
+
+Two streaming passes: the first finds each capped corpus's key threshold, keeping at most about
+``2 * cap`` keys in memory (8 bytes each: 64 MB for a 4M cap, whatever the corpus size); the
+second writes the kept pairs. The output has no ``corpus`` column: the later stages do not need
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ops.dedup import pair_fingerprints
+from ops.pair_files import (
+    CORPUS,
+    DEFAULT_BATCH,
+    PairWriter,
+    has_corpus_column,
+    iter_pair_batches,
+    pair_file_info,
+)
+from ops.stage_report import StageReport
+from ops.uint64_table import splitmix64
+
+DEFAULT_SEED = 1234
+
+
+class SmallestKeys:
+    """The ``k`` smallest of a stream of uint64 keys, in at most ``2k`` + one batch of memory."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self._kept = np.empty(0, dtype=np.uint64)
+        self._pending: list[np.ndarray] = []
+        self._n_pending = 0
+
+    def add(self, keys: np.ndarray) -> None:
+        self._pending.append(keys)
+        self._n_pending += len(keys)
+        if self._n_pending > max(self.k, 1 << 16):
+            self._compact()
+
+    def _compact(self) -> None:
+        keys = np.concatenate([self._kept, *self._pending])
+        if len(keys) > self.k:
+            keys = np.partition(keys, self.k - 1)[: self.k] if self.k else keys[:0]
+        self._kept, self._pending, self._n_pending = keys, [], 0
+
+    def cut(self) -> tuple[int, int] | None:
+        """``(threshold, n_equal)``: keep the keys below ``threshold`` and the first
+        ``n_equal`` keys equal to it; None when there are at most ``k`` keys (keep them all)."""
+        self._compact()
+        if len(self._kept) < self.k:
+            return None
+        if self.k == 0:
+            return 0, 0
+        threshold = int(self._kept.max())
+        return threshold, self.k - int((self._kept < threshold).sum())
+
+
+@dataclass
+class CapReport(StageReport):
+    """A :class:`StageReport` with each corpus's pairs in (``passing``), cap and kept."""
+
+    corpora: dict[str, dict] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return super().as_dict() | {"corpora": self.corpora}
+
+
+def _keys(batch: pa.RecordBatch, seed: int) -> np.ndarray:
+    mixed = pair_fingerprints(batch.column("src"), batch.column("tgt")) ^ np.uint64(seed)
+    return splitmix64(mixed)
+
+
+def cap_corpora(
+    input: str | Path,
+    output: str | Path,
+    caps: Mapping[str, int | None],
+    *,
+    seed: int = DEFAULT_SEED,
+    batch_size: int = DEFAULT_BATCH,
+) -> CapReport:
+    """Keep at most ``caps[corpus]`` pairs of each corpus (a seeded uniform sample), all the
+    pairs of corpora without a cap, and write them without the ``corpus`` column.
+
+    ``input`` without a ``corpus`` column is copied whole (nothing can be capped). Drop reason:
+    ``capped``. ``report.corpora`` maps each corpus to ``{"passing", "cap", "kept"}``.
+    """
+    _, src_lang, tgt_lang, has_score = pair_file_info(input)
+    with_corpus = has_corpus_column(input)
+    caps = {name: cap for name, cap in caps.items() if cap is not None}
+    if any(cap < 0 for cap in caps.values()):
+        raise ValueError(f"caps must be >= 0, got {caps}")
+    passing: dict[str, int] = {}
+    samples = {name: SmallestKeys(cap) for name, cap in caps.items()}
+    if with_corpus:
+        for batch in iter_pair_batches(input, batch_size):
+            corpus = batch.column(CORPUS)
+            for name, count in _value_counts(corpus).items():
+                passing[name] = passing.get(name, 0) + count
+                if name in samples:
+                    mask = pc.equal(corpus, name)
+                    samples[name].add(_keys(batch.filter(mask), seed))
+    cuts = {name: sample.cut() for name, sample in samples.items()}
+    equal_left = {name: cut[1] for name, cut in cuts.items() if cut is not None}
+
+    report = CapReport("cap_corpora")
+    kept: dict[str, int] = dict.fromkeys(passing, 0)
+    names = ["src", "tgt"] + (["score"] if has_score else [])
+    with PairWriter(
+        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+    ) as writer:
+        for batch in iter_pair_batches(input, batch_size):
+            report.n_in += batch.num_rows
+            keep = np.ones(batch.num_rows, dtype=bool)
+            if with_corpus:
+                corpus = batch.column(CORPUS)
+                for name, cut in cuts.items():
+                    if cut is None:
+                        continue
+                    rows = np.flatnonzero(pc.equal(corpus, name).to_numpy(zero_copy_only=False))
+                    if not len(rows):
+                        continue
+                    keys = _keys(batch.take(pa.array(rows)), seed)
+                    chosen = keys < np.uint64(cut[0])
+                    ties = np.flatnonzero(keys == np.uint64(cut[0]))[: equal_left[name]]
+                    chosen[ties] = True
+                    equal_left[name] -= len(ties)
+                    keep[rows[~chosen]] = False
+                for name, count in _value_counts(corpus.filter(pa.array(keep))).items():
+                    kept[name] += count
+            out = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=names)
+            writer.write_batch(out.filter(pa.array(keep)))
+            report.n_out += int(keep.sum())
+            report.drop("capped", batch.num_rows - int(keep.sum()))
+    report.corpora = {
+        name: {"passing": passing[name], "cap": caps.get(name), "kept": kept[name]}
+        for name in passing
+    }
+    return report.finish()
+
+
+def _value_counts(column: pa.Array) -> dict[str, int]:
+    counts = pc.value_counts(column)
+    return {
+        value.as_py(): count.as_py()
+        for value, count in zip(counts.field("values"), counts.field("counts"), strict=True)
+    }
