@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -23,7 +24,13 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from ops.pair_files import ROW_GROUP, PairWriter, iter_pair_batches, pair_file_info
+from ops.pair_files import (
+    ROW_GROUP,
+    PairWriter,
+    has_corpus_column,
+    iter_pair_batches,
+    pair_file_info,
+)
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
@@ -62,13 +69,21 @@ def shuffle_pairs(
     rng = np.random.default_rng(seed)
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     log.info("shuffling %d pairs of %s through %d buckets", n_rows, input, n_buckets)
-    with tempfile.TemporaryDirectory(prefix="shuffle-", dir=work_dir) as bucket_dir:
+    # named like every temporary, so the stale-temp sweep removes it after a kill -9
+    with tempfile.TemporaryDirectory(
+        prefix="shuffle-", suffix=f".tmp-{os.getpid()}", dir=work_dir
+    ) as bucket_dir:
         bucket_paths = [Path(bucket_dir) / f"bucket-{i:05d}.arrow" for i in range(n_buckets)]
         report.n_in = _scatter(input, bucket_paths, rng)
         if report.n_in != n_rows:
             raise ValueError(f"{input}: footer says {n_rows} rows but {report.n_in} were read")
         with PairWriter(
-            output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
+            output,
+            src_lang=src_lang,
+            tgt_lang=tgt_lang,
+            with_score=has_score,
+            with_corpus=has_corpus_column(input),
+            background=True,
         ) as writer:
             for path in bucket_paths:
                 with pa.OSFile(str(path), "rb") as source:

@@ -92,3 +92,16 @@ def test_buckets_are_bounded_by_bucket_rows(tmp_path):
     metadata = pq.ParquetFile(tmp_path / "out.parquet").metadata
     sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
     assert len(sizes) == 10 and max(sizes) < 1300
+
+
+def test_a_corpus_column_is_shuffled_with_its_pairs(tmp_path) -> None:
+    source = tmp_path / "in.parquet"
+    with PairWriter(source, src_lang="en", tgt_lang="de", with_corpus=True) as writer:
+        writer.write([f"a {i}" for i in range(50)], [f"b {i}" for i in range(50)], None, "A")
+        writer.write([f"c {i}" for i in range(30)], [f"d {i}" for i in range(30)], None, "C")
+    shuffle_pairs(source, tmp_path / "out.parquet", seed=3, work_dir=tmp_path, bucket_rows=16)
+    table = pq.read_table(tmp_path / "out.parquet")
+    labels = {"a": "A", "c": "C"}
+    rows = zip(table.column("src").to_pylist(), table.column("corpus").to_pylist(), strict=True)
+    assert all(labels[src[0]] == corpus for src, corpus in rows)
+    assert table.num_rows == 80
