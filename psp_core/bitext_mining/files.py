@@ -22,6 +22,7 @@ import numpy as np
 from psp_core.bitext_mining.margin import mine
 from psp_core.bitext_mining.search import DEFAULT_BLOCK_SIZE
 from psp_core.model import PSPModel
+from psp_core.output_files import NpyWriter, replaced_when_done, write_error
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +78,22 @@ class LineFile:
 
 
 def embed_to_memmap(model: PSPModel, lines: LineFile, path: Path, batch_size: int) -> np.ndarray:
-    """Embed every line of ``lines`` into a float32 ``[n, dim]`` ``.npy`` memory map at ``path``."""
-    array = np.lib.format.open_memmap(
-        path, mode="w+", dtype=np.float32, shape=(len(lines), model.dim)
-    )
-    iterator, done = iter(lines), 0
-    while chunk := list(islice(iterator, EMBED_CHUNK_LINES)):
-        array[done : done + len(chunk)] = model.embed(chunk, batch_size=batch_size, normalize=True)
-        done += len(chunk)
-    array.flush()
-    return array
+    """Embed every line of ``lines`` into a float32 ``[n, dim]`` ``.npy`` file at ``path`` and
+    return it memory-mapped read-only.
+
+    The file is written with plain writes after reserving its size (a memory map written on a
+    full disk dies of SIGBUS); a full disk is an :class:`~psp_core.output_files.OutputError`.
+    """
+    try:
+        with open(path, "wb") as handle:
+            writer = NpyWriter(handle, (len(lines), model.dim))
+            iterator = iter(lines)
+            while chunk := list(islice(iterator, EMBED_CHUNK_LINES)):
+                writer.write(model.embed(chunk, batch_size=batch_size, normalize=True))
+            writer.close()
+    except OSError as error:
+        raise write_error(path, error) from error
+    return np.load(path, mmap_mode="r")
 
 
 def _clean(text: str) -> str:
@@ -115,7 +122,10 @@ def mine_files(
     output = Path(output_file)
     output.parent.mkdir(parents=True, exist_ok=True)
     log.info("embedding %d source and %d target sentences", len(source), len(target))
-    with tempfile.TemporaryDirectory(prefix=".psp-mine-", dir=output.parent) as work:
+    # named like every temporary (.tmp-<pid>): a later run removes it if this one is killed
+    with tempfile.TemporaryDirectory(
+        prefix=".psp-mine-", suffix=f".tmp-{os.getpid()}", dir=output.parent
+    ) as work:
         source_vectors = embed_to_memmap(model, source, Path(work) / "source.npy", batch_size)
         target_vectors = embed_to_memmap(model, target, Path(work) / "target.npy", batch_size)
         pairs = mine(
@@ -128,20 +138,14 @@ def mine_files(
             backend=backend,
         )
         del source_vectors, target_vectors
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            for start in range(0, len(pairs), EMBED_CHUNK_LINES):
-                stop = start + EMBED_CHUNK_LINES
-                src = source.lines_at(pairs.source_indices[start:stop])
-                tgt = target.lines_at(pairs.target_indices[start:stop])
-                handle.writelines(
-                    f"{score:.6f}\t{_clean(a)}\t{_clean(b)}\n"
-                    for score, a, b in zip(pairs.scores[start:stop], src, tgt, strict=True)
-                )
-        os.replace(tmp, output)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replaced_when_done(output, "w") as handle:
+        for start in range(0, len(pairs), EMBED_CHUNK_LINES):
+            stop = start + EMBED_CHUNK_LINES
+            src = source.lines_at(pairs.source_indices[start:stop])
+            tgt = target.lines_at(pairs.target_indices[start:stop])
+            handle.writelines(
+                f"{score:.6f}\t{_clean(a)}\t{_clean(b)}\n"
+                for score, a, b in zip(pairs.scores[start:stop], src, tgt, strict=True)
+            )
     log.info("wrote %d pairs to %s", len(pairs), output)
     return MiningReport(len(source), len(target), len(pairs), output)
