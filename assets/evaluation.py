@@ -1,5 +1,8 @@
 """model_evaluation: STS 2012-2016, STS 2017, STS Benchmark, Tatoeba and speed of the model
-(psp_core.evaluation), as JSON and markdown beside the bundle and as metadata tables."""
+(psp_core.evaluation), as JSON and markdown beside the bundle and as metadata tables.
+
+The STS file training selected the model on (``TrainingConfig.dev_sts``) is marked dev in every
+table and left out of the means; a mean over less than the paper's says what it is over."""
 
 import hashlib
 import json
@@ -7,16 +10,17 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
-from assets.config import EvaluationConfig
+from assets.config import EvaluationConfig, TrainingConfig
 from assets.metadata import common_metadata
-from assets.stage import Stage, fingerprint
+from assets.stage import Manifest, Stage, fingerprint
 from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
 from pipelines.resources import EvaluationDataResource, StorageResource
 from psp_core import load_model
 from psp_core.evaluation import evaluate_model, plan_for_language
+from psp_core.evaluation.results import PAPER_STS_MEAN
 
-CODE_VERSION = "2"
+CODE_VERSION = "3"
 
 
 def tree_signature(directory: Path) -> str:
@@ -32,6 +36,20 @@ def tree_signature(directory: Path) -> str:
         if path.is_file()
     ]
     return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+
+
+def dev_sts_of(model: Manifest) -> str | None:
+    """The STS file, relative to the evaluation directory, that ``psp_model`` selected the model
+    on; None when it kept no best epoch (no dev file configured or found: no model selection).
+
+    A ``psp_model`` record names whether it selected on a dev file (``best_dev_score``) but not
+    which one unless it records ``dev_sts``; without that, the file is ``TrainingConfig``'s
+    default (STS 2017 en-en, as in the paper), the only one a run without a ``dev_sts``
+    override uses.
+    """
+    if model.record.get("best_dev_score") is None:
+        return None
+    return model.record.get("dev_sts") or TrainingConfig.model_fields["dev_sts"].default
 
 
 @asset(
@@ -52,6 +70,7 @@ def model_evaluation(
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "model_evaluation")
     model = stage.upstream("psp_model")
+    dev_sts = dev_sts_of(model)
     eval_dir = eval_data.path()
     plan = plan_for_language(spec.code)
     suites = sorted(config.suites if config.suites is not None else plan.suites)
@@ -69,6 +88,7 @@ def model_evaluation(
         suites=suites,
         sts17_tracks=tracks,
         tatoeba=tatoeba,
+        dev_sts=dev_sts,
     )
 
     def run() -> tuple[dict, dict]:
@@ -80,12 +100,15 @@ def model_evaluation(
             sts17_tracks=tracks,
             speed_repeats=config.speed_repeats,
             model_name=f"psp-{spec.code}",
+            dev_sts=dev_sts,
         )
         summary = results.to_dict()
         stage.path("results.json").write_text(json.dumps(summary, indent=2) + "\n")
         stage.path("results.md").write_text(results.to_markdown() + "\n")
         return {"json": "results.json", "markdown": "results.md"}, {
             "sts_mean": summary["sts"]["mean"],
+            "sts_mean_note": summary["sts"]["mean_note"],
+            "dev_sts": summary["dev_sts"],
             "sts17": summary["sts17"],
             "speed": summary["speed"],
             "missing": summary["missing"],
@@ -96,10 +119,15 @@ def model_evaluation(
     metadata = common_metadata(manifest, "json")
     metadata["results"] = MetadataValue.md(manifest.output("markdown").read_text())
     metadata["missing"] = MetadataValue.json(record["missing"])
+    metadata["dev_sts"] = MetadataValue.text(record["dev_sts"] or "none (no model selection)")
     if record["sts_mean"]:
         metadata["sts_mean_pearson"] = MetadataValue.float(record["sts_mean"]["pearson"])
+        metadata["sts_mean_over"] = MetadataValue.text(
+            record["sts_mean_note"] or f"2012-2016, as the paper's {PAPER_STS_MEAN}"
+        )
     for track, values in record["sts17"].items():
-        metadata[f"sts17_{track}_pearson"] = MetadataValue.float(values["pearson"])
+        dev = "_dev" if values["dev"] else ""  # the model-selection track: in no mean
+        metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(values["pearson"])
     if record["speed"]:
         metadata["speed"] = MetadataValue.json(record["speed"])
     return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))

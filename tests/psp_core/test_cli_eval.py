@@ -63,9 +63,26 @@ def test_evaluate_prints_tables_and_writes_json(bundle, eval_dir, tmp_path, caps
     assert data["tatoeba"]["xyz"] == pytest.approx(expected.tatoeba["xyz"].as_dict())
     assert data["speed"]["sentences"] == 120  # both sides of the two STS files
     assert "STS 2012 MSRpar" in data["missing"] and "STSB dev" not in data["missing"]
-    assert "| **2014 mean** |" in printed and "| xyz | 30 |" in printed
+    assert "| **2014 mean** [1] |" in printed and "| xyz | 30 |" in printed
     assert "with tokenization" in printed and "Missing (skipped)" in printed
     assert [p.name for p in output.parent.iterdir()] == ["results.json"]
+
+
+def test_evaluate_says_when_the_model_was_selected_on_an_unnamed_dev_file(
+    tmp_path, model, eval_dir, capsys
+):
+    """A bundle trained with model selection (a best epoch in its training summary): psp
+    evaluate cannot tell which row was the dev set, and says so in the tables and the JSON."""
+    model.config.training = {"best_epoch": 2, "best_score": 55.0}
+    bundle = model.save(tmp_path / "selected")
+    output = tmp_path / "results.json"
+    argv = ["evaluate", "--model", str(bundle), "--eval-dir", str(eval_dir)]
+    assert main(argv + ["--suites", "sts,sts17", "--output-json", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "selected on a dev STS file that this evaluation was not told about" in printed
+    data = json.loads(output.read_text())
+    assert data["dev_unnamed"] is True and data["dev_sts"] is None
+    assert data["sts17"]["en-en"]["dev"] is False
 
 
 @pytest.mark.parametrize(

@@ -208,8 +208,9 @@ def test_missing_datasets_are_named_and_logged(model, eval_dir, caplog):
 def test_results_render_to_markdown_and_json(model, eval_dir):
     results = evaluate_model(model, eval_dir, ["sts", "sts17", "tatoeba"], model_name="toy")
     text = results.to_markdown()
-    assert "| **2012 mean** |" in text and "| 68.7 |" in text  # paper's 2012 beside ours
-    assert "mean of years (2012, 2013)" in text and "74.6 (2012-2016)" in text
+    assert "| **2012 mean** [1] |" in text and "| 68.7 |" in text  # paper's 2012 beside ours
+    assert "| **STS 2012-2016 mean, over 2012-2013** [3] |" in text
+    assert "| 74.6 (2012-2016) |" in text
     assert "| ar-en | en, ar |" in text and "| 78.3 |" in text
     assert "| xyz | 40 |" in text
     assert "Missing (skipped): " in text and "STS 2015 belief" in text
@@ -233,7 +234,10 @@ def test_markdown_of_hand_made_results():
         tatoeba={"deu": TatoebaScore(1000, 2.0, 3.0, 1.0, 1.5)},
     )
     text = results.to_markdown()
-    assert "| **2014 mean** | 750 | **80.0** | **79.0** | 78.1 |" in text
+    assert "| **2014 mean** [1] | 750 | **80.0** | **79.0** | 78.1 |" in text
+    assert (
+        "[1] 2014 mean 80.0 without OnWN, deft-forum, deft-news, headlines and tweet-news" in text
+    )
     assert "| deu | 1000 | 2.0 | 3.0 | **2.5** | 1.0 | 1.5 | **1.2** | 1.5 |" in text
 
 
