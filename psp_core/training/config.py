@@ -1,4 +1,5 @@
-"""Training hyperparameters, with the paper's defaults."""
+"""Training hyperparameters, with the paper's defaults (and the reference code's where it is the
+source: each attribute says which)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class TrainConfig:
         margin: the loss margin ``d`` (paper: 0.4).
         dropout: dropout on piece embeddings while training (paper tunes 0.0, 0.1, 0.3).
         lr: Adam learning rate (paper: 0.001).
-        grad_clip: gradient-norm clip (paper: 5); 0 disables it.
+        grad_clip: gradient-norm clip (5: the reference code's default, ``main.py --grad-clip``);
+            0 disables it.
         epochs: passes over the data (paper: 25).
         seed: seeds initialisation, data order and dropout.
         optimizer: ``"sparse"`` (lazy Adam on sparse gradients: only rows seen in the batch are
