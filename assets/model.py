@@ -170,6 +170,7 @@ def psp_model(
             "steps": result.state.step,
             "best_epoch": result.state.best_epoch,
             "best_dev_score": result.state.best_score,
+            "dev_sts": str(config.dev_sts) if dev_path else None,
             "dim": bundle_config["dim"],
             "vocab_size": bundle_config["vocab_size"],
             "settings": settings,

@@ -193,6 +193,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         tatoeba_languages=languages,
         speed_repeats=args.speed_repeats,
         model_name=str(args.model),
+        dev_sts=args.dev_sts,
     )
     if not (results.sts or results.sts17 or results.stsb or results.tatoeba or results.speed):
         raise CliError(
@@ -329,6 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--output-json", help="also write the results as JSON here")
     evaluate.add_argument(
         "--tatoeba-languages", help="comma-separated LASER codes (default: all present)"
+    )
+    evaluate.add_argument(
+        "--dev-sts",
+        help="the STS file the model was selected on (psp train --dev-sts), relative to "
+        "--eval-dir or a path into it: marked dev and left out of every mean",
     )
     evaluate.add_argument("--speed-repeats", type=int, default=3)
     evaluate.add_argument("--threads", type=int, default=1, help="tokenizer threads")

@@ -118,3 +118,22 @@ def test_the_dev_track_is_marked_everywhere_and_the_mean_says_what_it_covers(wor
     (language,) = saved["languages"]
     assert language["sts17_dev"] == ("en-en" if selected else None)
     assert language["sts_mean_note"] == NOTE
+
+
+def test_a_dev_file_other_than_en_en_reaches_the_evaluation(world):
+    """psp_model records which file it selected on, so an overridden dev_sts is the row that
+    is marked dev (the evaluation used to assume en-en)."""
+    run_config = {
+        "ops": {
+            "psp_model": {"config": {**TRAINING, "dev_sts": "sts17/es-en.tsv"}},
+            "model_evaluation": {"config": EVALUATION},
+        }
+    }
+    assets = [defs.get_assets_def(name) for name in ("psp_model", "model_evaluation")]
+    result = materialize(
+        assets, partition_key="de", resources=world["resources"], run_config=run_config
+    )
+    assert result.success
+    results = json.loads((world["root"] / "de" / "model_evaluation" / "results.json").read_text())
+    assert results["dev_sts"] == "sts17/es-en.tsv"
+    assert results["sts17"]["es-en"]["dev"] is True and results["sts17"]["en-en"]["dev"] is False

@@ -85,6 +85,21 @@ def test_evaluate_says_when_the_model_was_selected_on_an_unnamed_dev_file(
     assert data["sts17"]["en-en"]["dev"] is False
 
 
+def test_evaluate_dev_sts_marks_the_dev_row_and_leaves_it_out_of_the_means(
+    tmp_path, model, eval_dir, capsys
+):
+    model.config.training = {"best_epoch": 2, "best_score": 55.0}
+    bundle = model.save(tmp_path / "selected")
+    output = tmp_path / "results.json"
+    argv = ["evaluate", "--model", str(bundle), "--eval-dir", str(eval_dir), "--suites"]
+    argv += ["sts,sts17", "--output-json", str(output), "--dev-sts", "sts17/en-en.tsv"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| en-en (dev) |" in printed
+    data = json.loads(output.read_text())
+    assert data["dev_unnamed"] is False and data["sts17"]["en-en"]["dev"] is True
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
