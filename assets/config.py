@@ -34,7 +34,7 @@ class LanguageIdConfig(StageConfig):
 class SentencepieceConfig(StageConfig):
     vocab_size: int | None = Field(default=None, description="Paper: 50,000.")
     input_sentence_size: int | None = Field(
-        default=None, description="Sentences sampled for training (paper: 10,000,000)."
+        default=None, description="Sentences sampled for training (reference code: 10,000,000)."
     )
 
 

@@ -31,7 +31,8 @@ from ops.text_io import atomic_path
 log = logging.getLogger(__name__)
 
 _SAMPLE_BATCH = 131_072
-# the paper's settings, the defaults wherever a vocabulary is trained
+# the reference code's spm_train settings (the paper: a 50k vocabulary), the defaults wherever a
+# vocabulary is trained
 VOCAB_SIZE = 50_000
 CHARACTER_COVERAGE = 0.995
 INPUT_SENTENCE_SIZE = 10_000_000

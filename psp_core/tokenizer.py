@@ -107,7 +107,8 @@ class Tokenizer:
         model_proto: the serialized sentencepiece model (the bytes of ``sentencepiece.model``).
         lowercase: lowercase before encoding (the paper lowercases everything).
         pretokenizer: ``"none"`` or ``"jieba"`` (Chinese word segmentation).
-        max_length: keep at most this many pieces per sentence (the paper uses 100; 0 = no limit).
+        max_length: keep at most this many pieces per sentence (the reference code's 100; 0 = no
+            limit).
         num_threads: sentencepiece threads for batch encoding (``-1``: its default).
     """
 
