@@ -38,6 +38,12 @@ nothing.
 So labels, and decisions against the thresholds, are fastText's; probabilities of the lines
 not sent back to fastText agree with it to about 1e-6.
 
+:meth:`BatchPredictor.label_probability` gives the probability of one given label (not only
+the top one) from the same hidden vectors: the product of the branch probabilities on the path
+from the root to that label's leaf, which is what fastText's ``predict(k=-1, threshold=0)``
+reports for it, with the same hand-back to fastText for the lines it cannot vouch for and those
+near the caller's thresholds.
+
 Models this does not cover (another loss, word n-grams, a quantized output matrix) are
 refused by :func:`batch_predictor`, which then returns None, and the caller uses fastText's
 ``predict`` for every line.
@@ -119,6 +125,7 @@ class BatchPredictor:
         self._label_index = {label: i for i, label in enumerate(model.labels)}
         self._left, self._right, depth = huffman_tree(np.asarray(counts, dtype=np.int64))
         self._root = 2 * self.n_labels - 2
+        self._paths = label_paths(self._left, self._right, self.n_labels)
         # fastText's std_log(p) = log(p + 1e-5): the two branches of a node sum to 1 + 2e-5, so
         # all leaves together to at most (1 + 2e-5)^depth
         excess = (1 + 2e-5) ** depth - 1
@@ -143,6 +150,48 @@ class BatchPredictor:
         reads one line at a time). Lines whose probability lands within
         1e-4 of one of ``thresholds`` are decided by fastText itself.
         """
+        hidden, redo = self._hidden(lines)
+        labels, probs = self._walk(hidden)
+        redo |= ~(probs >= self.sure)  # NaN too: fastText then raises on it, as it does
+        for threshold in thresholds:
+            redo |= np.abs(probs - threshold) < THRESHOLD_GUARD
+        probs = probs.astype(np.float32)
+        if redo.any():
+            rows = np.flatnonzero(redo)
+            labels[rows], probs[rows] = self._fasttext(lines.take(pa.array(rows)))
+        return labels, probs
+
+    def label_probability(
+        self, lines: pa.Array, label: int, thresholds: Sequence[float] = ()
+    ) -> np.ndarray:
+        """The probability (float32) fastText gives label ``label`` (its index in
+        ``model.labels``) on each line, whether or not it is the top label: the product of
+        the branch probabilities on the path from the root to that label's leaf, scored as
+        fastText does (``log(p + 1e-5)`` per branch). What ``predict(k=-1, threshold=0)``
+        reports for it, 0 where fastText leaves it out (below about 1e-5).
+
+        The lines :meth:`predict` hands to fastText, and those within 1e-4 of one of
+        ``thresholds``, get fastText's own figure.
+        """
+        hidden, redo = self._hidden(lines)
+        nodes, right = self._paths[label]
+        with np.errstate(over="ignore"):
+            branch = 1.0 / (1.0 + np.exp(-(hidden @ self._output[nodes - self.n_labels].T)))
+        branch = np.where(right, branch, 1.0 - branch)
+        probs = np.exp(np.log(branch + 1e-5).sum(axis=1))
+        redo |= np.isnan(probs)
+        for threshold in thresholds:
+            redo |= np.abs(probs - threshold) < THRESHOLD_GUARD
+        probs = probs.astype(np.float32)
+        if redo.any():
+            rows = np.flatnonzero(redo)
+            subset = lines.take(pa.array(rows)).to_pylist()
+            probs[rows] = fasttext_label_probability(self._model, subset, label)
+        return probs
+
+    def _hidden(self, lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """fastText's hidden vector of each line (float64, from the token cache) and the lines
+        it must predict itself: a token too long to cache, ``</s>`` or a NUL character."""
         n = len(lines)
         tokens = pc.ascii_split_whitespace(lines)
         per_line = tokens.value_lengths().to_numpy(zero_copy_only=False)
@@ -164,20 +213,12 @@ class BatchPredictor:
                 self._sums[token_ids], starts, axis=0, dtype=np.float64
             )
         hidden = (sums + self._eos_row) / n_ids[:, None]
-        labels, probs = self._walk(hidden)
-
-        redo = ~(probs >= self.sure)  # NaN too: fastText then raises on it, as it does
+        redo = np.zeros(n, dtype=bool)
         redo[line_of_token[too_long]] = True
-        for threshold in thresholds:
-            redo |= np.abs(probs - threshold) < THRESHOLD_GUARD
         unusual = self._unusual[token_ids]
         if unusual.any():
             redo[line_of[unusual]] = True
-        probs = probs.astype(np.float32)
-        if redo.any():
-            rows = np.flatnonzero(redo)
-            labels[rows], probs[rows] = self._fasttext(lines.take(pa.array(rows)))
-        return labels, probs
+        return hidden, redo
 
     def _walk(self, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """From the root to a leaf, always into the more probable child; the leaf's score is
@@ -274,6 +315,22 @@ class BatchPredictor:
         return self._rows[ids]
 
 
+def fasttext_label_probability(model, lines: Sequence[str], label: int) -> np.ndarray:
+    """fastText's own probability (float32) of label ``label`` (its index in ``model.labels``)
+    on each of ``lines`` (free of newlines): ``predict(k=-1, threshold=0)``, which leaves out
+    labels below about 1e-5 (0 for those)."""
+    name = model.labels[label]
+    labels, probs = model.f.multilinePredict([line + "\n" for line in lines], -1, 0.0, "strict")
+    return np.fromiter(
+        (
+            float(p[names.index(name)]) if name in names else 0.0
+            for names, p in zip(map(list, labels), probs, strict=True)
+        ),
+        np.float32,
+        len(labels),
+    )
+
+
 def _resized(array: np.ndarray, size: int) -> np.ndarray:
     grown = np.zeros((size, *array.shape[1:]), dtype=array.dtype)
     grown[: len(array)] = array
@@ -305,6 +362,28 @@ def huffman_tree(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     for i in range(2 * n - 2, n - 1, -1):  # parents come after their children
         depth[left[i]] = depth[right[i]] = depth[i] + 1
     return left, right, int(depth[:n].max(initial=0))
+
+
+def label_paths(
+    left: np.ndarray, right: np.ndarray, n_labels: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each label (leaf ``i``), the internal nodes from the root down to it and whether
+    the path takes each one's right child (fastText's ``binary`` code)."""
+    parent = np.full(len(left), -1, dtype=np.int64)
+    is_right = np.zeros(len(left), dtype=bool)
+    internal = np.arange(n_labels, len(left))
+    parent[left[internal]] = internal
+    parent[right[internal]] = internal
+    is_right[right[internal]] = True
+    paths = []
+    for leaf in range(n_labels):
+        nodes, turns, node = [], [], leaf
+        while parent[node] >= 0:
+            nodes.append(parent[node])
+            turns.append(is_right[node])
+            node = parent[node]
+        paths.append((np.array(nodes[::-1], dtype=np.int64), np.array(turns[::-1], dtype=bool)))
+    return paths
 
 
 def token_hashes(words: pa.Array) -> np.ndarray:
