@@ -1,4 +1,6 @@
-"""langid_filtered_pairs: keep pairs whose both sides fastText lid.176 identifies correctly."""
+"""langid_filtered_pairs: drop pairs with a side in the wrong language (fastText lid.176)."""
+
+from dataclasses import asdict
 
 from dagster import (
     AssetCheckResult,
@@ -14,12 +16,12 @@ from dagster import (
 from assets.config import LanguageIdConfig
 from assets.metadata import report_metadata
 from assets.stage import Stage, fingerprint
-from ops.langid import filter_language
+from ops.langid import LanguageRule, filter_language
 from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
 from pipelines.resources import ComputeResource, LanguageIdResource, StorageResource
 
-CODE_VERSION = "1"
+CODE_VERSION = "2"  # 2: Arabic marks stripped, kana-less "ja" read as "zh"
 CHECK = "langid_pass_rate_in_range"
 
 
@@ -38,16 +40,24 @@ def langid_filtered_pairs(
     langid: LanguageIdResource,
     compute: ComputeResource,
 ) -> MaterializeResult:
-    """Drop pairs whose English side is not English or whose other side is not the language."""
+    """Drop pairs with a side in another language than the pair's, by the language's rule.
+
+    The rule is the registry's (``FilterSettings.langid_rule(kind)``: ``other_language`` for
+    bitext, ``top_label`` for ParaNMT, by default); a run config ``threshold`` selects the
+    ``threshold`` rule with that minimum probability instead.
+    """
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "langid_filtered_pairs")
     upstream = stage.upstream("raw_pairs")
-    threshold = config.threshold if config.threshold is not None else spec.filters.langid_threshold
+    if config.threshold is not None:
+        rule = LanguageRule("threshold", threshold=config.threshold)
+    else:
+        rule = spec.filters.langid_rule(spec.kind)
     key = fingerprint(
         stage=stage.name,
         code=CODE_VERSION,
         upstream=upstream.fingerprint,
-        threshold=threshold,
+        rule=asdict(rule),
         model=langid.model_name(),
     )
 
@@ -56,10 +66,10 @@ def langid_filtered_pairs(
             upstream.output("pairs"),
             stage.path("pairs.parquet"),
             identifier=langid.identifier(),
-            threshold=threshold,
+            rule=rule,
             workers=compute.worker_count(),
         )
-        return {"pairs": "pairs.parquet"}, report.as_dict() | {"threshold": threshold}
+        return {"pairs": "pairs.parquet"}, report.as_dict() | {"rule": asdict(rule)}
 
     manifest = stage.run(key, run, force=config.force)
     record = manifest.record
@@ -67,7 +77,8 @@ def langid_filtered_pairs(
     low, high = spec.filters.langid_pass_rate_min, spec.filters.langid_pass_rate_max
     metadata = report_metadata(manifest, record, "pairs")
     metadata["pass_rate"] = MetadataValue.float(round(rate, 4))
-    metadata["threshold"] = MetadataValue.float(threshold)
+    metadata["rule"] = MetadataValue.text(rule.describe())
+    metadata["rule_settings"] = MetadataValue.json(asdict(rule))
     return MaterializeResult(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.filters import FilterConfig
-from ops.langid import DEFAULT_THRESHOLD as LANGID_THRESHOLD
+from ops.langid import DEFAULT_OTHER_P, DEFAULT_OWN_P, DEFAULT_THRESHOLD, LanguageRule
 from ops.opus import OpusCorpus, corpora_from_config
 from ops.sentencepiece_model import CHARACTER_COVERAGE, INPUT_SENTENCE_SIZE, VOCAB_SIZE
 from psp_core.tokenizer import PRETOKENIZERS
@@ -65,10 +65,19 @@ class UnknownLanguageError(KeyError):
 
 @dataclass(frozen=True)
 class FilterSettings:
-    """Language-ID and length/score/trigram thresholds: by default the paper's, as
-    :mod:`ops.langid` and :class:`ops.filters.FilterConfig` define them."""
+    """Language-ID rules and length/score/trigram thresholds: by default the paper's filters,
+    as :class:`ops.filters.FilterConfig` defines them, and the language-ID rules of
+    :class:`ops.langid.LanguageRule`: ``other_language`` for bitext (a side is dropped only
+    when another language has p >= ``langid_other_p`` and its own p < ``langid_own_p``; the
+    paper applies no language ID to bitext), ``top_label`` for ParaNMT (the reference's: the
+    top label is English on both sides). ``langid_threshold`` is the ``threshold`` rule's
+    minimum probability (the rule before issue 13)."""
 
-    langid_threshold: float = LANGID_THRESHOLD
+    bitext_langid_rule: str = "other_language"
+    paraphrase_langid_rule: str = "top_label"
+    langid_other_p: float = DEFAULT_OTHER_P
+    langid_own_p: float = DEFAULT_OWN_P
+    langid_threshold: float = DEFAULT_THRESHOLD
     langid_pass_rate_min: float = 0.2
     langid_pass_rate_max: float = 1.0
     bitext_min_tokens: int = FilterConfig.bitext_min_tokens
@@ -78,6 +87,19 @@ class FilterSettings:
     min_score: float = FilterConfig.min_score
     max_score: float = FilterConfig.max_score
     max_trigram_overlap: float = FilterConfig.max_trigram_overlap
+
+    def __post_init__(self) -> None:
+        for kind in KINDS:
+            self.langid_rule(kind)  # raises ValueError on an unknown rule or a bad probability
+
+    def langid_rule(self, kind: str) -> LanguageRule:
+        """The :class:`ops.langid.LanguageRule` for ``kind`` (``bitext`` or ``paraphrase``)."""
+        return LanguageRule(
+            self.bitext_langid_rule if kind == "bitext" else self.paraphrase_langid_rule,
+            other_p=self.langid_other_p,
+            own_p=self.langid_own_p,
+            threshold=self.langid_threshold,
+        )
 
     def filter_config(self) -> FilterConfig:
         """The :class:`ops.filters.FilterConfig` these thresholds describe."""
@@ -161,7 +183,10 @@ def _settings(cls: type, values: Mapping[str, Any], where: str) -> Any:
     unknown = set(values) - known
     if unknown:
         raise RegistryError(f"{where}: unknown keys {sorted(unknown)}; expected {sorted(known)}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        raise RegistryError(f"{where}: {err}") from err
 
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:

@@ -6,12 +6,16 @@ import logging
 from pathlib import Path
 
 import pytest
+from dagster import materialize
 
+from ops.langid import LanguageRule
 from ops.opus import paper_corpora
-from ops.pair_files import pair_file_info
+from ops.pair_files import iter_pairs, pair_file_info
+from pipelines.definitions import defs
 from pipelines.languages import RegistryError, load_registry, parse_registry
 from psp_core.training import TrainConfig
 from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.conftest import loopback_resources
 from tests.pipelines.corpora import english_german
 from tests.pipelines.isolated import materialize_raw_pairs_isolated
 
@@ -66,6 +70,76 @@ local_dir = "/data/en-is"
     assert registry["is"].local_dir == "/data/en-is"
 
 
+def test_language_id_rules_are_registry_settings() -> None:
+    shipped = load_registry()
+    assert shipped["de"].filters.langid_rule("bitext") == LanguageRule("other_language")
+    assert shipped["en"].filters.langid_rule(shipped["en"].kind) == LanguageRule("top_label")
+    registry = parse_registry(
+        """
+[defaults.filters]
+langid_other_p = 0.5
+[languages.de]
+source = "local"
+local_dir = "/data/en-de"
+[languages.de.filters]
+bitext_langid_rule = "threshold"
+langid_threshold = 0.7
+[languages.fr]
+source = "local"
+local_dir = "/data/en-fr"
+""",
+        Path("languages.toml"),
+    )
+    de, fr = registry["de"].filters, registry["fr"].filters
+    assert de.langid_rule("bitext") == LanguageRule("threshold", other_p=0.5, threshold=0.7)
+    assert fr.langid_rule("bitext") == LanguageRule("other_language", other_p=0.5)
+    assert fr.langid_rule("paraphrase") == LanguageRule("top_label", other_p=0.5)
+
+
+#: Real short en-de lines: two correct ones only the other_language rule keeps, a clear one,
+#: and a French line
+SHORT_EN_DE = [
+    ("Lucrative business", "Lukratives Geschäft"),  # lid: en 0.34, de 0.32
+    ("Better than expected", "Besser als erwartet"),  # lid: nl 0.63, de 0.37
+    ("I don't know.", "Ich weiß es nicht."),
+    ("Good idea.", "Bonne idée."),
+]
+
+
+@pytest.mark.parametrize(
+    ("filters", "kept", "rule"),
+    [
+        ("", [0, 1, 2], {"name": "other_language", "other_p": 0.35, "own_p": 0.1}),
+        ("langid_own_p = 0.4\n", [0, 2], {"name": "other_language", "own_p": 0.4}),
+        ('bitext_langid_rule = "threshold"\n', [2], {"name": "threshold", "threshold": 0.5}),
+    ],
+)
+def test_the_registrys_rule_reaches_the_language_id_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filters: str, kept: list[int], rule: dict
+) -> None:
+    bitext = tmp_path / "bitext"
+    bitext.mkdir()
+    (bitext / "news.en").write_text("".join(en + "\n" for en, _ in SHORT_EN_DE))
+    (bitext / "news.de").write_text("".join(de + "\n" for _, de in SHORT_EN_DE))
+    registry = tmp_path / "languages.toml"
+    registry.write_text(
+        f'[languages.de]\nsource = "local"\nlocal_dir = "{bitext}"\n'
+        f"[languages.de.filters]\n{filters}"
+    )
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    resources = loopback_resources(OpusServer(), tmp_path / "storage", tmp_path / "eval")
+    stages = [defs.get_assets_def(name) for name in ("raw_pairs", "langid_filtered_pairs")]
+    result = materialize(stages, partition_key="de", resources=resources)
+    assert result.success
+    (event,) = result.asset_materializations_for_node("langid_filtered_pairs")
+    metadata = {key: value.value for key, value in event.metadata.items()}
+    assert metadata["pairs_out"] == len(kept)
+    assert rule.items() <= metadata["rule_settings"].items()
+    assert metadata["rule"].startswith(rule["name"])
+    output = tmp_path / "storage" / "de" / "langid_filtered_pairs" / "pairs.parquet"
+    assert list(iter_pairs(output)) == [SHORT_EN_DE[i] for i in kept]
+
+
 #: A usable language beside each broken table below.
 VALID_PT = '[languages.pt]\nsource = "local"\nlocal_dir = "/data/en-pt"\n'
 
@@ -103,6 +177,16 @@ VALID_PT = '[languages.pt]\nsource = "local"\nlocal_dir = "/data/en-pt"\n'
         ("DE", 'source = "paranmt"\n', "[languages.DE]: 'DE' is not a language code"),
         ("de", 'source = "paranmt"\npretokenizer = "mecab"\n', "pretokenizer must be one of"),
         ("de", 'source = "paranmt"\nfilters = 3\n', "[languages.de.filters]: expected a table"),
+        (
+            "de",
+            'source = "paranmt"\n[languages.de.filters]\nbitext_langid_rule = "majority"\n',
+            "[languages.de.filters]: language-ID rule 'majority' is not one of",
+        ),
+        (
+            "de",
+            'source = "paranmt"\n[languages.de.filters]\nlangid_own_p = -1\n',
+            "[languages.de.filters]: language-ID rule 'other_language': own_p must be",
+        ),
     ],
 )
 def test_a_broken_language_table_breaks_only_that_language(
@@ -129,6 +213,10 @@ def test_a_broken_language_table_breaks_only_that_language(
         ("[defaults.filter]\nmin_score = 1\n" + VALID_PT, "unknown [defaults] tables ['filter']"),
         ("[defaults.filters]\nmin_len = 1\n" + VALID_PT, "[defaults.filters]: unknown keys"),
         ("[defaults.training]\nepoch = 1\n" + VALID_PT, "[defaults.training]: unknown keys"),
+        (
+            '[defaults.filters]\nlangid_other_p = "high"\n' + VALID_PT,
+            "[defaults.filters]: language-ID rule 'other_language': other_p must be",
+        ),
         ("[defaults]\ntraining = 3\n" + VALID_PT, "[defaults.training]: expected a table"),
         (
             '[languages.de]\nsource = "ftp"\n[languages.fr]\nsource = "local"\n',
