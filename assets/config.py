@@ -27,7 +27,10 @@ class RawPairsConfig(StageConfig):
 
 class LanguageIdConfig(StageConfig):
     threshold: float | None = Field(
-        default=None, description="Minimum lid.176 probability on both sides."
+        default=None,
+        description="Use the old 'threshold' rule instead of the registry's: keep a pair only "
+        "when both sides are their language with at least this lid.176 probability (null: the "
+        "registry's rule, by default 'other_language' for bitext, 'top_label' for ParaNMT).",
     )
 
 
