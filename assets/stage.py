@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ops.memory import release_free_memory
 from ops.stale_temps import remove_stale_temps
 from pipelines.resources import StorageResource
 from psp_core.file_lock import exclusive_lock
@@ -167,4 +168,7 @@ class Stage:
                 return manifest
             self.invalidate()
             outputs, record = compute()
+            # the next stage (in the same process under the in-process executor) starts from
+            # this process's base, not from this stage's high-water mark
+            release_free_memory()
             return self.commit(fingerprint, outputs, record)

@@ -18,6 +18,7 @@ from assets.config import TrainingDataConfig
 from assets.metadata import pipeline_funnel_markdown, report_metadata
 from assets.stage import Stage, fingerprint
 from ops.encoding import encode_and_pack, packing_tokenizer
+from ops.memory import release_free_memory
 from ops.shuffle import shuffle_pairs
 from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
@@ -74,6 +75,7 @@ def training_data(
         shuffle = shuffle_pairs(
             pairs.output("pairs"), shuffled, seed=config.seed, work_dir=stage.directory
         )
+        release_free_memory()  # the encoding workers fork from this process: keep it small
         tokenizer = packing_tokenizer(spm.output("model"), num_threads=compute.threads or 2)
         packed = encode_and_pack(
             shuffled,
