@@ -16,6 +16,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,3 +252,137 @@ def status_kb(field: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# memory and CPU of a process tree over time
+
+
+def _proc_fields(pid: int | str) -> list[str] | None:
+    """``/proc/<pid>/stat`` fields after the command name (index 0 is the state)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (``/proc/<pid>/task/<tid>/children``, recursively)."""
+    found, stack = [], [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", encoding="ascii") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            stack.extend(children)
+    return found
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class ProcessSampler:
+    """Samples this process and its live descendants (worker processes) every ``interval``
+    seconds on a thread of its own (Linux ``/proc``; samples nothing elsewhere).
+
+    Each sample is ``(time.time(), own RSS kB, tree PSS kB, CPU seconds)``: the tree's
+    proportional set size counts pages shared by forked workers once; CPU seconds are this
+    process's, its reaped children's and its live descendants' user + system time.
+    """
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, int, int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="process-sampler", daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def sample(self) -> tuple[float, int, int, float] | None:
+        pid = os.getpid()
+        own = _proc_fields(pid)
+        if own is None:
+            return None
+        # utime, stime, cutime, cstime are fields 14-17 of stat, 11-14 after the command name
+        ticks = sum(int(own[i]) for i in range(11, 15))
+        pss = _pss_kb(pid)
+        for child in _descendants(pid):
+            fields = _proc_fields(child)
+            if fields is not None:
+                ticks += int(fields[11]) + int(fields[12])
+                pss += _pss_kb(child)
+        rss = status_kb("VmRSS") or 0
+        return time.time(), rss, pss, ticks / self._tick
+
+    def _loop(self) -> None:
+        while True:
+            if (sample := self.sample()) is not None:
+                self.samples.append(sample)
+            if self._stop.wait(self.interval):
+                return
+
+    def start(self) -> ProcessSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[float, int, int, float]]:
+        self._stop.set()
+        self._thread.join()
+        if (sample := self.sample()) is not None:
+            self.samples.append(sample)
+        return self.samples
+
+    def _cpu(self) -> list[float]:
+        """The samples' CPU seconds, cleaned of the two races of reading a parent and then its
+        children: a child reaped in between (counted nowhere: a dip) or reaped while its times
+        were already in the parent's (counted twice: a spike). Each value is the smaller of it
+        and the next one (no one-sample spike), then the running maximum (no dip)."""
+        raw = [s[3] for s in self.samples]
+        cleaned = [min(value, following) for value, following in zip(raw, raw[1:], strict=False)]
+        cleaned += raw[-1:]
+        for i in range(1, len(cleaned)):
+            cleaned[i] = max(cleaned[i], cleaned[i - 1])
+        return cleaned
+
+    def window(self, start: float, end: float) -> dict:
+        """Peak own RSS and tree PSS (MiB) of the samples in ``[start, end]``, and the CPU
+        seconds between the last sample before ``start`` and the first one after ``end``."""
+        if not self.samples:
+            return {}
+        times = [s[0] for s in self.samples]
+        inside = [s for s in self.samples if start <= s[0] <= end]
+        before = max([i for i, t in enumerate(times) if t <= start], default=0)
+        after = min([i for i, t in enumerate(times) if t >= end], default=len(times) - 1)
+        cpu = self._cpu()
+        return {
+            "peak_rss_mib": round(max((s[1] for s in inside), default=0) / 1024),
+            "peak_tree_pss_mib": round(max((s[2] for s in inside), default=0) / 1024),
+            "cpu_s": round(cpu[after] - cpu[before], 2),
+        }
+
+    def timeline(self, origin: float, every: float = 2.0) -> list[list[float]]:
+        """``[seconds since origin, own RSS MiB, tree PSS MiB]`` about every ``every`` s, each
+        point the largest of the samples in its interval (so no peak is left out)."""
+        points: dict[int, list[float]] = {}
+        for t, rss, pss, _ in self.samples:
+            slot = int((t - origin) // every)
+            point = points.setdefault(slot, [round(slot * every, 1), 0, 0])
+            point[1] = max(point[1], round(rss / 1024))
+            point[2] = max(point[2], round(pss / 1024))
+        return [points[slot] for slot in sorted(points)]
