@@ -10,7 +10,7 @@ exactly ``min(cap, passing pairs)`` pairs, in file order, and the same for the s
 
 Two streaming passes: the first finds each capped corpus's key threshold, keeping at most about
 ``2 * cap`` keys in memory (8 bytes each: 64 MB for a 4M cap, whatever the corpus size); the
-second writes the kept pairs. The output has no ``corpus`` column: the later stages do not need
+second writes the kept pairs (and is the only one when no corpus present has a cap). The output has no ``corpus`` column: the later stages do not need
 it.
 """
 
@@ -106,21 +106,19 @@ def cap_corpora(
     caps = {name: cap for name, cap in caps.items() if cap is not None}
     if any(cap < 0 for cap in caps.values()):
         raise ValueError(f"caps must be >= 0, got {caps}")
-    passing: dict[str, int] = {}
     samples = {name: SmallestKeys(cap) for name, cap in caps.items()}
-    if with_corpus:
+    if with_corpus and samples:  # the first pass only finds the thresholds of capped corpora
         for batch in iter_pair_batches(input, batch_size):
             corpus = batch.column(CORPUS)
-            for name, count in _value_counts(corpus).items():
-                passing[name] = passing.get(name, 0) + count
+            for name in _value_counts(corpus):
                 if name in samples:
-                    mask = pc.equal(corpus, name)
-                    samples[name].add(_keys(batch.filter(mask), seed))
+                    samples[name].add(_keys(batch.filter(pc.equal(corpus, name)), seed))
     cuts = {name: sample.cut() for name, sample in samples.items()}
     equal_left = {name: cut[1] for name, cut in cuts.items() if cut is not None}
 
     report = CapReport("cap_corpora")
-    kept: dict[str, int] = dict.fromkeys(passing, 0)
+    passing: dict[str, int] = {}
+    kept: dict[str, int] = {}
     names = ["src", "tgt"] + (["score"] if has_score else [])
     with PairWriter(
         output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
@@ -130,6 +128,8 @@ def cap_corpora(
             keep = np.ones(batch.num_rows, dtype=bool)
             if with_corpus:
                 corpus = batch.column(CORPUS)
+                for name, count in _value_counts(corpus).items():
+                    passing[name] = passing.get(name, 0) + count
                 for name, cut in cuts.items():
                     if cut is None:
                         continue
@@ -143,13 +143,13 @@ def cap_corpora(
                     equal_left[name] -= len(ties)
                     keep[rows[~chosen]] = False
                 for name, count in _value_counts(corpus.filter(pa.array(keep))).items():
-                    kept[name] += count
+                    kept[name] = kept.get(name, 0) + count
             out = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=names)
             writer.write_batch(out.filter(pa.array(keep)))
             report.n_out += int(keep.sum())
             report.drop("capped", batch.num_rows - int(keep.sum()))
     report.corpora = {
-        name: {"passing": passing[name], "cap": caps.get(name), "kept": kept[name]}
+        name: {"passing": passing[name], "cap": caps.get(name), "kept": kept.get(name, 0)}
         for name in passing
     }
     return report.finish()
