@@ -148,14 +148,7 @@ def deduplicate(
     with_corpus = has_corpus_column(input)
     seen = FingerprintSet(capacity=n_pairs / MAX_LOAD + 8)
     report = StageReport("deduplicate")
-    with PairWriter(
-        output,
-        src_lang=src_lang,
-        tgt_lang=tgt_lang,
-        with_score=has_score,
-        with_corpus=with_corpus,
-        background=True,
-    ) as writer:
+    with PairWriter.like(input, output) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
             src, tgt = lowercase(batch.column("src")), lowercase(batch.column("tgt"))

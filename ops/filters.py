@@ -38,7 +38,6 @@ import pyarrow as pa
 from ops.pair_files import (
     DEFAULT_BATCH,
     PairWriter,
-    has_corpus_column,
     iter_pair_batches,
     pair_file_info,
 )
@@ -169,14 +168,7 @@ def filter_pairs(
         )
     verdicts = _bitext_verdicts if kind == "bitext" else _paraphrase_verdicts
     report = StageReport(f"filter_{kind}")
-    with PairWriter(
-        output,
-        src_lang=src_lang,
-        tgt_lang=tgt_lang,
-        with_score=has_score,
-        with_corpus=has_corpus_column(input),
-        background=True,
-    ) as writer:
+    with PairWriter.like(input, output) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
             dropped = np.zeros(batch.num_rows, dtype=bool)

@@ -37,7 +37,6 @@ from ops.fasttext_subwords import utf8_view
 from ops.ordered_pool import ordered_map
 from ops.pair_files import (
     PairWriter,
-    has_corpus_column,
     iter_pair_batches,
     pair_columns,
     pair_file_info,
@@ -405,14 +404,7 @@ def filter_language(
     wanted = {side: labels.index(code) for side, code in expected.items()}
     confusions: dict[str, Counter[str]] = {"src": Counter(), "tgt": Counter()}
     kept_with_other_label = 0
-    with PairWriter(
-        output,
-        src_lang=src_lang,
-        tgt_lang=tgt_lang,
-        with_score=has_score,
-        with_corpus=has_corpus_column(input),
-        background=True,
-    ) as writer:
+    with PairWriter.like(input, output) as writer:
         for batch, predictions in ordered_map(
             _identify_sides,
             iter_pair_batches(input, batch_size),

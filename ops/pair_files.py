@@ -98,6 +98,20 @@ class PairWriter:
         self._thread: threading.Thread | None = None
         self._failures: list[BaseException] = []
 
+    @classmethod
+    def like(cls, input: str | Path, output: str | Path, *, background: bool = True) -> PairWriter:
+        """A writer of ``output`` with the languages and columns of the pair file ``input``
+        (what a stage that drops or rewrites rows of ``input`` writes)."""
+        _, src_lang, tgt_lang, has_score = pair_file_info(input)
+        return cls(
+            output,
+            src_lang=src_lang,
+            tgt_lang=tgt_lang,
+            with_score=has_score,
+            with_corpus=has_corpus_column(input),
+            background=background,
+        )
+
     def __enter__(self) -> PairWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         options = PARQUET_OPTIONS

@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 from ops.pair_files import (
     ROW_GROUP,
     PairWriter,
-    has_corpus_column,
     iter_pair_batches,
     pair_file_info,
 )
@@ -77,14 +76,7 @@ def shuffle_pairs(
         report.n_in = _scatter(input, bucket_paths, rng)
         if report.n_in != n_rows:
             raise ValueError(f"{input}: footer says {n_rows} rows but {report.n_in} were read")
-        with PairWriter(
-            output,
-            src_lang=src_lang,
-            tgt_lang=tgt_lang,
-            with_score=has_score,
-            with_corpus=has_corpus_column(input),
-            background=True,
-        ) as writer:
+        with PairWriter.like(input, output) as writer:
             for path in bucket_paths:
                 with pa.OSFile(str(path), "rb") as source:
                     bucket = ipc.open_file(source).read_all().combine_chunks()
