@@ -17,7 +17,7 @@ from pipelines.definitions import ASSET_MODULES, defs
 from pipelines.resources import ComputeResource
 from psp_core import load_model
 from tests.ops.opus_server import OpusServer, build_moses_zip
-from tests.pipelines.conftest import loopback_resources
+from tests.pipelines.conftest import LANGUAGE_STAGES, loopback_resources
 from tests.pipelines.corpora import (
     NOT_GERMAN,
     de_corpus_lines,
@@ -36,16 +36,7 @@ ALL_ASSETS = [  # the language-partitioned assets (the scoreboard is not partiti
     for key in defs.get_repository_def().asset_graph.get_all_asset_keys()
     if key.to_user_string() != "evaluation_scoreboard"
 ]
-STAGES = [
-    "raw_pairs",
-    "langid_filtered_pairs",
-    "length_filtered_pairs",
-    "deduplicated_pairs",
-    "sentencepiece_model",
-    "training_data",
-    "psp_model",
-    "model_evaluation",
-]
+STAGES = LANGUAGE_STAGES
 
 
 def assets_named(*names: str) -> list:

@@ -18,18 +18,11 @@ from psp_core.tokenizer import Tokenizer
 from psp_core.training_file import TrainingFile
 from tests.conftest import require_shared_data
 from tests.ops.opus_server import OpusServer, build_moses_zip
-from tests.pipelines.conftest import loopback_resources
+from tests.pipelines.conftest import LANGUAGE_STAGES, loopback_resources
 from tests.pipelines.corpora import publish_de
 
 #: prepare_data_job's assets, in pipeline order.
-PREPARE = [
-    "raw_pairs",
-    "langid_filtered_pairs",
-    "length_filtered_pairs",
-    "deduplicated_pairs",
-    "sentencepiece_model",
-    "training_data",
-]
+PREPARE = LANGUAGE_STAGES[: LANGUAGE_STAGES.index("training_data") + 1]
 ASSETS = [defs.get_assets_def(name) for name in PREPARE]
 
 

@@ -38,3 +38,16 @@ def loopback_resources(
 @pytest.fixture()
 def storage_root(tmp_path: Path) -> Path:
     return tmp_path / "storage"
+
+
+#: A language partition's assets, in pipeline order.
+LANGUAGE_STAGES = [
+    "raw_pairs",
+    "langid_filtered_pairs",
+    "length_filtered_pairs",
+    "deduplicated_pairs",
+    "sentencepiece_model",
+    "training_data",
+    "psp_model",
+    "model_evaluation",
+]

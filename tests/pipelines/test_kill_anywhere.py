@@ -21,19 +21,11 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 
 from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.conftest import LANGUAGE_STAGES
 from tests.pipelines.corpora import publish_de
 from tests.pipelines.dagster_cli import Runs, dagster_env, tail, wait_for, write_config
 
-STAGES = [
-    "raw_pairs",
-    "langid_filtered_pairs",
-    "length_filtered_pairs",
-    "deduplicated_pairs",
-    "sentencepiece_model",
-    "training_data",
-    "psp_model",
-    "model_evaluation",
-]
+STAGES = LANGUAGE_STAGES
 #: Files whose content records when or how fast (timings, dates), not what was computed.
 VOLATILE = {"manifest.json", "config.json", "results.json", "results.md"}
 #: Lock files of the training slot: flock targets that exist by design.

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from psp_core import TrainConfig, load_model, train
 from psp_core.cli import main
 from psp_core.training.checkpoint import CheckpointMismatchError, CheckpointStore
 from tests.conftest import write_training_file
+from tests.psp_core.filesystems import tiny_tmpfs
 
 QUICK = dict(dim=32, batch_size=32, max_megabatch=4, anneal_every=5, log_every=0, lr=0.05)
 QUICK_FLAGS = [f"--{name.replace('_', '-')}={value}" for name, value in QUICK.items()]
@@ -93,25 +91,6 @@ def test_psp_train_on_other_pairs_stops_with_one_line(
 
 
 # --- a full disk ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def tiny_tmpfs(mountpoint: Path, size_kib: int) -> Iterator[Path]:
-    """A ``size_kib`` tmpfs at ``mountpoint``: writes past its size fail with ENOSPC."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the RLIMIT_FSIZE test still runs")
-    mountpoint.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(mountpoint)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()})")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], check=True)
 
 
 def test_psp_train_on_a_full_disk_stops_with_one_line_and_no_temporary_files(
