@@ -67,7 +67,7 @@ def deduplicated_pairs(
         with_corpus = has_corpus_column(source)
         deduplicated = stage.path("deduplicated.parquet") if with_corpus or segment else final
         record = deduplicate(source, deduplicated).as_dict()
-        if with_corpus:  # caps, and the corpus column goes: later stages do not need it
+        if with_corpus:  # caps (a link of the file, not a copy, when nothing is capped)
             capped = stage.path("capped.parquet") if segment else final
             caps_record = cap_corpora(deduplicated, capped, caps, seed=CAP_SEED).as_dict()
             deduplicated.unlink()

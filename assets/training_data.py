@@ -1,6 +1,8 @@
 """training_data: the deduplicated pairs shuffled out of core, encoded with the shared
 sentencepiece model and packed into the training HDF5 (flat CSR arrays)."""
 
+from contextlib import closing
+
 import h5py
 import numpy as np
 from dagster import (
@@ -19,7 +21,8 @@ from assets.metadata import pipeline_funnel_markdown, report_metadata
 from assets.stage import Stage, fingerprint
 from ops.encoding import encode_and_pack, packing_tokenizer
 from ops.memory import release_free_memory
-from ops.shuffle import shuffle_pairs
+from ops.shuffle import shuffled_batches
+from ops.stage_report import StageReport
 from pipelines.languages import load_registry
 from pipelines.partitions import language_partitions
 from pipelines.resources import ComputeResource, StorageResource
@@ -71,24 +74,25 @@ def training_data(
     )
 
     def run() -> tuple[dict, dict]:
-        shuffled = stage.path("shuffled.parquet")
-        shuffle = shuffle_pairs(
-            pairs.output("pairs"), shuffled, seed=config.seed, work_dir=stage.directory
-        )
         release_free_memory()  # the encoding workers fork from this process: keep it small
         tokenizer = packing_tokenizer(spm.output("model"), num_threads=compute.threads or 2)
-        packed = encode_and_pack(
-            shuffled,
-            tokenizer,
-            stage.path("train.h5"),
-            lang=spec.code,
-            kind=spec.kind,
-            seed=config.seed,
-            workers=compute.worker_count(),
+        shuffle = StageReport("shuffle")
+        # the shuffled rows go straight to the encoding: no shuffled copy of the corpus is
+        # written and read back
+        shuffled = shuffled_batches(
+            pairs.output("pairs"), seed=config.seed, work_dir=stage.directory, report=shuffle
         )
-        shuffled.unlink()
+        with closing(shuffled):
+            packed = encode_and_pack(
+                shuffled,
+                tokenizer,
+                stage.path("train.h5"),
+                lang=spec.code,
+                kind=spec.kind,
+                seed=config.seed,
+                workers=compute.worker_count(),
+            )
         record = packed.as_dict()
-        record["seconds"] += shuffle.seconds
         return {"data": "train.h5"}, record | {"shuffle": shuffle.as_dict(), "seed": config.seed}
 
     manifest = stage.run(key, run, force=config.force)

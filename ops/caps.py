@@ -10,12 +10,16 @@ exactly ``min(cap, passing pairs)`` pairs, in file order, and the same for the s
 
 Two streaming passes: the first finds each capped corpus's key threshold, keeping at most about
 ``2 * cap`` keys in memory (8 bytes each: 64 MB for a 4M cap, whatever the corpus size); the
-second writes the kept pairs (and is the only one when no corpus present has a cap). The output has no ``corpus`` column: the later stages do not need
-it.
+second writes the kept pairs. The ``corpus`` column is kept. When nothing is to be dropped (no
+corpus present has a cap, or none has more passing pairs than its cap: the common case) the
+second pass only counts the ``corpus`` column, and the output is the input itself, hard-linked
+(copied where links are not possible), instead of a rewrite of every pair.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +51,12 @@ class SmallestKeys:
         self._kept = np.empty(0, dtype=np.uint64)
         self._pending: list[np.ndarray] = []
         self._n_pending = 0
+        self.n_seen = 0
 
     def add(self, keys: np.ndarray) -> None:
         self._pending.append(keys)
         self._n_pending += len(keys)
+        self.n_seen += len(keys)
         if self._n_pending > max(self.k, 1 << 16):
             self._compact()
 
@@ -64,7 +70,7 @@ class SmallestKeys:
         """``(threshold, n_equal)``: keep the keys below ``threshold`` and the first
         ``n_equal`` keys equal to it; None when there are at most ``k`` keys (keep them all)."""
         self._compact()
-        if len(self._kept) < self.k:
+        if self.n_seen <= self.k:
             return None
         if self.k == 0:
             return 0, 0
@@ -95,13 +101,13 @@ def cap_corpora(
     seed: int = DEFAULT_SEED,
     batch_size: int = DEFAULT_BATCH,
 ) -> CapReport:
-    """Keep at most ``caps[corpus]`` pairs of each corpus (a seeded uniform sample), all the
-    pairs of corpora without a cap, and write them without the ``corpus`` column.
+    """Keep at most ``caps[corpus]`` pairs of each corpus (a seeded uniform sample) and all the
+    pairs of corpora without a cap, in file order and with the input's columns.
 
-    ``input`` without a ``corpus`` column is copied whole (nothing can be capped). Drop reason:
-    ``capped``. ``report.corpora`` maps each corpus to ``{"passing", "cap", "kept"}``.
+    ``input`` without a ``corpus`` column is linked or copied whole (nothing can be capped), as
+    is one where no corpus has more pairs than its cap. Drop reason: ``capped``.
+    ``report.corpora`` maps each corpus to ``{"passing", "cap", "kept"}``.
     """
-    _, src_lang, tgt_lang, has_score = pair_file_info(input)
     with_corpus = has_corpus_column(input)
     caps = {name: cap for name, cap in caps.items() if cap is not None}
     if any(cap < 0 for cap in caps.values()):
@@ -113,45 +119,71 @@ def cap_corpora(
             for name in _value_counts(corpus):
                 if name in samples:
                     samples[name].add(_keys(batch.filter(pc.equal(corpus, name)), seed))
-    cuts = {name: sample.cut() for name, sample in samples.items()}
-    equal_left = {name: cut[1] for name, cut in cuts.items() if cut is not None}
+    cuts = {name: cut for name, sample in samples.items() if (cut := sample.cut()) is not None}
+    if not cuts:
+        return _unchanged(input, output, caps, with_corpus, batch_size)
+    equal_left = {name: cut[1] for name, cut in cuts.items()}
 
     report = CapReport("cap_corpora")
     passing: dict[str, int] = {}
     kept: dict[str, int] = {}
-    names = ["src", "tgt"] + (["score"] if has_score else [])
-    with PairWriter(
-        output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
-    ) as writer:
+    with PairWriter.like(input, output) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
             keep = np.ones(batch.num_rows, dtype=bool)
-            if with_corpus:
-                corpus = batch.column(CORPUS)
-                for name, count in _value_counts(corpus).items():
-                    passing[name] = passing.get(name, 0) + count
-                for name, cut in cuts.items():
-                    if cut is None:
-                        continue
-                    rows = np.flatnonzero(pc.equal(corpus, name).to_numpy(zero_copy_only=False))
-                    if not len(rows):
-                        continue
-                    keys = _keys(batch.take(pa.array(rows)), seed)
-                    chosen = keys < np.uint64(cut[0])
-                    ties = np.flatnonzero(keys == np.uint64(cut[0]))[: equal_left[name]]
-                    chosen[ties] = True
-                    equal_left[name] -= len(ties)
-                    keep[rows[~chosen]] = False
-                for name, count in _value_counts(corpus.filter(pa.array(keep))).items():
-                    kept[name] = kept.get(name, 0) + count
-            out = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=names)
-            writer.write_batch(out.filter(pa.array(keep)))
+            corpus = batch.column(CORPUS)
+            for name, count in _value_counts(corpus).items():
+                passing[name] = passing.get(name, 0) + count
+            for name, cut in cuts.items():
+                rows = np.flatnonzero(pc.equal(corpus, name).to_numpy(zero_copy_only=False))
+                if not len(rows):
+                    continue
+                keys = _keys(batch.take(pa.array(rows)), seed)
+                chosen = keys < np.uint64(cut[0])
+                ties = np.flatnonzero(keys == np.uint64(cut[0]))[: equal_left[name]]
+                chosen[ties] = True
+                equal_left[name] -= len(ties)
+                keep[rows[~chosen]] = False
+            for name, count in _value_counts(corpus.filter(pa.array(keep))).items():
+                kept[name] = kept.get(name, 0) + count
+            writer.write_batch(batch.filter(pa.array(keep)))
             report.n_out += int(keep.sum())
             report.drop("capped", batch.num_rows - int(keep.sum()))
     report.corpora = {
         name: {"passing": passing[name], "cap": caps.get(name), "kept": kept.get(name, 0)}
         for name in passing
     }
+    return report.finish()
+
+
+def _unchanged(
+    input: str | Path,
+    output: str | Path,
+    caps: Mapping[str, int],
+    with_corpus: bool,
+    batch_size: int,
+) -> CapReport:
+    """Nothing to drop: count each corpus's pairs (reading the ``corpus`` column alone) and make
+    ``output`` the same file as ``input``."""
+    report = CapReport("cap_corpora")
+    passing: dict[str, int] = {}
+    if with_corpus:
+        for batch in iter_pair_batches(input, batch_size, columns=[CORPUS]):
+            for name, count in _value_counts(batch.column(CORPUS)).items():
+                passing[name] = passing.get(name, 0) + count
+    report.n_in = report.n_out = pair_file_info(input)[0]
+    report.corpora = {
+        name: {"passing": count, "cap": caps.get(name), "kept": count}
+        for name, count in passing.items()
+    }
+    output = Path(output)
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(input, tmp)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copyfile(input, tmp)
+    os.replace(tmp, output)
     return report.finish()
 
 

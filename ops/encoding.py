@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -124,15 +124,29 @@ def _tokenizer_settings(tokenizer: Tokenizer) -> dict:
     )
 
 
+PairSource = str | Path | Iterable[pa.RecordBatch]
+
+
+def pair_batches(pairs: PairSource, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Record batches of at most ``batch_size`` rows, in order, of a pair file (a path) or of a
+    stream of record batches (larger ones are sliced, zero-copy)."""
+    if isinstance(pairs, str | Path):
+        yield from iter_pair_batches(pairs, batch_size)
+        return
+    for batch in pairs:
+        for start in range(0, batch.num_rows, batch_size):
+            yield batch.slice(start, batch_size)
+
+
 def encoded_batches(
-    input: str | Path, tokenizer: Tokenizer, *, batch_size: int, workers: int
+    pairs: PairSource, tokenizer: Tokenizer, *, batch_size: int, workers: int
 ) -> Iterator[tuple[TokenBatch, TokenBatch]]:
-    """``(source, target)`` token batches of the pair file, in its order.
+    """``(source, target)`` token batches of the pairs, in their order.
 
     ``workers <= 1``: in this process, with ``tokenizer.num_threads`` sentencepiece threads.
     Otherwise ``workers`` processes, at most ``2 * workers`` batches in flight.
     """
-    batches = iter_pair_batches(input, batch_size)
+    batches = pair_batches(pairs, batch_size)
     if workers <= 1:
         for batch in batches:
             yield encode_columns(tokenizer, *pair_columns(batch))
@@ -163,7 +177,7 @@ def without_empty_pairs(
 
 
 def encode_and_pack(
-    input: str | Path,
+    input: PairSource,
     tokenizer: Tokenizer,
     output: str | Path,
     *,
@@ -173,10 +187,11 @@ def encode_and_pack(
     batch_size: int = DEFAULT_ENCODE_BATCH,
     workers: int = 1,
 ) -> StageReport:
-    """Encode both sides of the (already shuffled) pair file ``input`` and write the training HDF5.
+    """Encode both sides of the (already shuffled) pairs ``input`` and write the training HDF5.
 
     Args:
-        input: pair file, in the order training should read it.
+        input: a pair file, or a stream of its record batches (the shuffle's,
+            :func:`ops.shuffle.shuffled_batches`), in the order training should read it.
         tokenizer: the shared sentencepiece tokenizer (see the module note on ``pretokenizer``).
         output: the training HDF5, written atomically; attrs ``n_pairs``, ``vocab_size``,
             ``spm_sha256``, ``lang``, ``kind``, ``seed``, ``format_version``.
@@ -201,5 +216,5 @@ def encode_and_pack(
             if len(source):
                 writer.append(source, target)
         report.n_out = writer.n_pairs
-    log.info("packed %d pairs of %s into %s", report.n_out, input, output)
+    log.info("packed %d pairs into %s", report.n_out, output)
     return report.finish()

@@ -223,11 +223,12 @@ def pair_columns(batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
 
 
 def iter_pair_batches(
-    path: str | Path, batch_size: int = DEFAULT_BATCH
+    path: str | Path, batch_size: int = DEFAULT_BATCH, *, columns: list[str] | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """Stream a pair file as Arrow record batches of at most ``batch_size`` rows."""
+    """Stream a pair file as Arrow record batches of at most ``batch_size`` rows (of only
+    ``columns`` when given: the others are not even decompressed)."""
     parquet = _open(path)
-    yield from parquet.iter_batches(batch_size=batch_size)
+    yield from parquet.iter_batches(batch_size=batch_size, columns=columns)
 
 
 def iter_pair_chunks(

@@ -6,6 +6,9 @@ with one ``argsort`` and Arrow ``take`` per batch, no per-row Python). Pass 2 re
 time, applies a random permutation to it and appends it to the output. Concatenating independently
 permuted buckets of a uniformly random partition gives a uniformly random order of the whole file.
 
+:func:`shuffled_batches` yields the shuffled rows without writing them (the encoding consumes
+them directly); :func:`shuffle_pairs` writes them to a pair file.
+
 Memory is one bucket (about ``bucket_rows`` rows) plus a few slices of one row group each being
 written; disk is one extra copy of the data (LZ4-compressed), removed as soon as it is consumed, and
 in any case when the function leaves, even on error.
@@ -17,6 +20,9 @@ import logging
 import math
 import os
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -63,33 +69,71 @@ def shuffle_pairs(
         bucket_rows: expected rows per bucket; peak memory is about one bucket.
     """
     report = StageReport("shuffle")
-    n_rows, src_lang, tgt_lang, has_score = pair_file_info(input)
+    with (
+        PairWriter.like(input, output) as writer,
+        closing(
+            shuffled_batches(
+                input, seed=seed, work_dir=work_dir, bucket_rows=bucket_rows, report=report
+            )
+        ) as batches,
+    ):
+        for batch in batches:
+            # the writer thread compresses one slice while the next is gathered
+            writer.write_batch(batch)
+    return report.finish()
+
+
+def shuffled_batches(
+    input: str | Path,
+    *,
+    seed: int,
+    work_dir: str | Path,
+    report: StageReport,
+    bucket_rows: int = DEFAULT_BUCKET_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``input`` in the seeded random order of :func:`shuffle_pairs`, as record
+    batches of at most ``ROW_GROUP`` rows, without writing the shuffled file: what a stage that
+    reads the shuffled pairs once (the encoding) consumes directly.
+
+    ``report`` counts the rows and, in ``seconds``, the time spent inside this generator (the
+    shuffle's own cost, not the consumer's). The buckets are removed when the generator
+    finishes or is closed (use :func:`contextlib.closing` so an error closes it at once).
+    """
+    clock = time.perf_counter()
+    n_rows = pair_file_info(input)[0]
     n_buckets = bucket_count(n_rows, bucket_rows)
     rng = np.random.default_rng(seed)
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     log.info("shuffling %d pairs of %s through %d buckets", n_rows, input, n_buckets)
-    # named like every temporary, so the stale-temp sweep removes it after a kill -9
-    with tempfile.TemporaryDirectory(
-        prefix="shuffle-", suffix=f".tmp-{os.getpid()}", dir=work_dir
-    ) as bucket_dir:
-        bucket_paths = [Path(bucket_dir) / f"bucket-{i:05d}.arrow" for i in range(n_buckets)]
-        report.n_in = _scatter(input, bucket_paths, rng)
-        if report.n_in != n_rows:
-            raise ValueError(f"{input}: footer says {n_rows} rows but {report.n_in} were read")
-        with PairWriter.like(input, output) as writer:
+    try:
+        # named like every temporary, so the stale-temp sweep removes it after a kill -9
+        with tempfile.TemporaryDirectory(
+            prefix="shuffle-", suffix=f".tmp-{os.getpid()}", dir=work_dir
+        ) as bucket_dir:
+            bucket_paths = [Path(bucket_dir) / f"bucket-{i:05d}.arrow" for i in range(n_buckets)]
+            report.n_in = _scatter(input, bucket_paths, rng)
+            if report.n_in != n_rows:
+                raise ValueError(f"{input}: footer says {n_rows} rows but {report.n_in} were read")
             for path in bucket_paths:
                 with pa.OSFile(str(path), "rb") as source:
                     bucket = ipc.open_file(source).read_all().combine_chunks()
-                permutation = rng.permutation(bucket.num_rows)
-                # written a slice at a time: the writer thread compresses one slice while the
-                # next is gathered, and at most a few slices wait besides the bucket
-                for start in range(0, bucket.num_rows, ROW_GROUP):
-                    rows = pa.array(permutation[start : start + ROW_GROUP])
-                    writer.write_batch(bucket.take(rows))
-                del bucket
                 path.unlink()
-            report.n_out = writer.n_pairs
-    return report.finish()
+                permutation = rng.permutation(bucket.num_rows)
+                # a slice at a time: at most a few slices wait besides the bucket
+                for start in range(0, bucket.num_rows, ROW_GROUP):
+                    rows = bucket.take(pa.array(permutation[start : start + ROW_GROUP]))
+                    for batch in rows.to_batches():
+                        report.n_out += batch.num_rows
+                        report.seconds += time.perf_counter() - clock
+                        yield batch
+                        clock = time.perf_counter()
+                del bucket
+            if report.n_out != report.n_in:
+                raise AssertionError(
+                    f"shuffle of {input}: {report.n_in} rows in, {report.n_out} out"
+                )
+    finally:
+        report.seconds += time.perf_counter() - clock
 
 
 def _scatter(input: str | Path, bucket_paths: list[Path], rng: np.random.Generator) -> int:

@@ -45,7 +45,7 @@ def test_a_capped_corpus_gives_min_cap_passing_pairs_and_the_rest_all(tmp_path, 
     assert len(open_kept) == min(cap, 100)
     assert open_kept == sorted(open_kept)  # file order kept
     assert [i for name, i in kept if name == "Tanzil"] == list(range(20))
-    assert not has_corpus_column(tmp_path / "out.parquet")
+    assert has_corpus_column(tmp_path / "out.parquet")  # kept for later stages' records
     assert report.as_dict()["corpora"] == {
         "Open": {"passing": 100, "cap": cap, "kept": min(cap, 100)},
         "Tanzil": {"passing": 20, "cap": None, "kept": 20},
@@ -85,6 +85,23 @@ def test_a_file_without_corpus_column_is_copied_whole(tmp_path) -> None:
     report = cap_corpora(source, tmp_path / "out.parquet", {"Open": 1})
     assert list(iter_pairs(tmp_path / "out.parquet")) == [("a b c", "x"), ("d e f", "y")]
     assert report.n_out == 2
+
+
+@pytest.mark.parametrize("caps", [{}, {"Open": None}, {"Open": 100, "Tanzil": 5_000}])
+def test_with_nothing_to_drop_the_output_is_the_input_linked_not_rewritten(tmp_path, caps) -> None:
+    source = tmp_path / "in.parquet"
+    write_corpora(source, [("Open", 100), ("Tanzil", 20)])
+    output = tmp_path / "out.parquet"
+    output.write_bytes(b"an older output")  # replaced, as a rewrite would replace it
+    report = cap_corpora(source, output, caps)
+    assert output.stat().st_ino == source.stat().st_ino  # a hard link: no second copy
+    assert kept_rows(output) == kept_rows(source)
+    assert report.n_in == report.n_out == 120 and not report.dropped
+    assert report.as_dict()["corpora"] == {
+        "Open": {"passing": 100, "cap": caps.get("Open"), "kept": 100},
+        "Tanzil": {"passing": 20, "cap": caps.get("Tanzil"), "kept": 20},
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet", "out.parquet"]
 
 
 def test_smallest_keys_is_exact_and_bounded() -> None:

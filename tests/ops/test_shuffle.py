@@ -1,10 +1,12 @@
 from collections import Counter
+from contextlib import closing
 
 import pyarrow.parquet as pq
 import pytest
 
 from ops.pair_files import PairWriter, iter_pair_chunks, pair_file_info
-from ops.shuffle import bucket_count, shuffle_pairs
+from ops.shuffle import bucket_count, shuffle_pairs, shuffled_batches
+from ops.stage_report import StageReport
 
 
 def write_pairs(path, n, *, with_score=False, duplicates=0):
@@ -105,3 +107,23 @@ def test_a_corpus_column_is_shuffled_with_its_pairs(tmp_path) -> None:
     rows = zip(table.column("src").to_pylist(), table.column("corpus").to_pylist(), strict=True)
     assert all(labels[src[0]] == corpus for src, corpus in rows)
     assert table.num_rows == 80
+
+
+def test_the_streamed_shuffle_gives_the_written_shuffle_s_rows_and_cleans_up(tmp_path) -> None:
+    """shuffled_batches (what the encoding consumes) yields exactly the rows shuffle_pairs
+    writes, and its buckets are gone when it finishes, and when its consumer stops early."""
+    source = write_pairs(tmp_path / "in.parquet", 2500, with_score=True)
+    shuffle_pairs(source, tmp_path / "out.parquet", seed=5, work_dir=tmp_path, bucket_rows=300)
+    work = tmp_path / "stream"
+    report = StageReport("shuffle")
+    streamed = []
+    for batch in shuffled_batches(source, seed=5, work_dir=work, report=report, bucket_rows=300):
+        assert list(work.iterdir())  # the buckets exist while it runs
+        columns = [batch.column(name).to_pylist() for name in ("src", "tgt", "score")]
+        streamed.extend(zip(*columns, strict=True))
+    assert streamed == read_rows(tmp_path / "out.parquet")
+    assert (report.n_in, report.n_out) == (2500, 2500) and report.seconds > 0
+    assert list(work.iterdir()) == []
+    with closing(shuffled_batches(source, seed=5, work_dir=work, report=StageReport("s"))) as it:
+        next(it)
+    assert list(work.iterdir()) == []
