@@ -4,7 +4,7 @@
 #
 # make run's knobs: PARTITION (language, default de), PROFILE (run config, default the demo
 # profile; PROFILE= for the paper's settings), REGISTRY (language registry, default the offline
-# one reading ../shared/data; pipelines/languages.toml downloads from OPUS / ParaNMT).
+# one reading ../shared/data; assets/languages.toml downloads from OPUS / ParaNMT).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

@@ -15,15 +15,15 @@ from dagster import (
 )
 
 from assets.config import StageConfig
+from assets.languages import load_registry
 from assets.metadata import corpora_table, pipeline_funnel_markdown, report_metadata
+from assets.partitions import language_partitions
+from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.caps import cap_corpora
 from ops.dedup import deduplicate
 from ops.pair_files import has_corpus_column
 from ops.segmentation import segment_pairs
-from pipelines.languages import load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import ComputeResource, StorageResource
 
 CODE_VERSION = "2"
 #: Seed of the per-corpus cap samples (ops.caps).

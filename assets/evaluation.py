@@ -11,11 +11,11 @@ from pathlib import Path
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
 from assets.config import EvaluationConfig, TrainingConfig
+from assets.languages import load_registry
 from assets.metadata import common_metadata
+from assets.partitions import language_partitions
+from assets.resources import EvaluationDataResource, StorageResource
 from assets.stage import Manifest, Stage, fingerprint
-from pipelines.languages import load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import EvaluationDataResource, StorageResource
 from psp_core import load_model
 from psp_core.evaluation import evaluate_model, plan_for_language
 from psp_core.evaluation.results import PAPER_STS_MEAN

@@ -15,12 +15,12 @@ from dagster import (
 )
 
 from assets.config import StageConfig
+from assets.languages import load_registry
 from assets.metadata import report_metadata
+from assets.partitions import language_partitions
+from assets.resources import StorageResource
 from assets.stage import Stage, fingerprint
 from ops.filters import filter_pairs
-from pipelines.languages import load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import StorageResource
 
 CODE_VERSION = "1"
 CHECK = "length_filtered_pairs_not_empty"

@@ -14,12 +14,12 @@ from dagster import (
 )
 
 from assets.config import LanguageIdConfig
+from assets.languages import load_registry
 from assets.metadata import report_metadata
+from assets.partitions import language_partitions
+from assets.resources import ComputeResource, LanguageIdResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.langid import LanguageRule, filter_language
-from pipelines.languages import load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import ComputeResource, LanguageIdResource, StorageResource
 
 CODE_VERSION = "2"  # 2: Arabic marks stripped, kana-less "ja" read as "zh"
 CHECK = "langid_pass_rate_in_range"

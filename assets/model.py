@@ -20,14 +20,14 @@ from dagster import (
 )
 
 from assets.config import TrainingConfig
+from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata
 from assets.orphan_guard import stop_when_orphaned
+from assets.partitions import language_partitions
+from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.slots import machine_slot
 from assets.stage import Stage, fingerprint
-from pipelines.languages import load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import ComputeResource, EvaluationDataResource, StorageResource
 from psp_core import train
 from psp_core.bundle import BundleError, load_bundle
 from psp_core.evaluation import StsEvaluator

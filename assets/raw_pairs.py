@@ -26,15 +26,15 @@ from dagster import (
 )
 
 from assets.config import RawPairsConfig
+from assets.languages import LanguageSpec, load_registry
 from assets.metadata import report_metadata
+from assets.partitions import language_partitions
+from assets.resources import OpusResource, ParaNmtResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.local_bitext import import_local_bitext
 from ops.pair_concat import concat_pair_files
 from ops.pair_files import pair_file_info
 from ops.transient import is_transient
-from pipelines.languages import LanguageSpec, load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import OpusResource, ParaNmtResource, StorageResource
 
 CODE_VERSION = "1"
 PARANMT_SUFFIXES = (".txt", ".txt.gz", ".tsv", ".tsv.gz", ".zip")

@@ -9,10 +9,10 @@ import json
 
 from dagster import AllPartitionMapping, AssetDep, MaterializeResult, MetadataValue, asset
 
+from assets.languages import load_registry
+from assets.resources import StorageResource
 from assets.stage import read_manifest
 from ops.text_io import atomic_path
-from pipelines.languages import load_registry
-from pipelines.resources import StorageResource
 from psp_core.evaluation import scoreboard_markdown, scoreboard_rows
 
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assets.resources import StorageResource
 from ops.memory import release_free_memory
 from ops.stale_temps import remove_stale_temps
-from pipelines.resources import StorageResource
 from psp_core.file_lock import exclusive_lock
 
 MANIFEST = "manifest.json"

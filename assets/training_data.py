@@ -17,15 +17,15 @@ from dagster import (
 )
 
 from assets.config import TrainingDataConfig
+from assets.languages import load_registry
 from assets.metadata import pipeline_funnel_markdown, report_metadata
+from assets.partitions import language_partitions
+from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.encoding import encode_and_pack, packing_tokenizer
 from ops.memory import release_free_memory
 from ops.shuffle import shuffled_batches
 from ops.stage_report import StageReport
-from pipelines.languages import load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import ComputeResource, StorageResource
 
 CODE_VERSION = "1"
 CHECK = "training_data_has_no_empty_sentences"

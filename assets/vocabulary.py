@@ -7,12 +7,12 @@ from dataclasses import asdict
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
 from assets.config import SentencepieceConfig
+from assets.languages import load_registry
 from assets.metadata import common_metadata
+from assets.partitions import language_partitions
+from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.sentencepiece_model import train_sentencepiece_from_pairs
-from pipelines.languages import load_registry
-from pipelines.partitions import language_partitions
-from pipelines.resources import ComputeResource, StorageResource
 from psp_core.tokenizer import Tokenizer
 
 CODE_VERSION = "1"

@@ -2,7 +2,7 @@
 
 Assets (one module per stage in ``assets/``, partitioned by language), the jobs that select
 their groups, the weekly retraining schedule, the new-bitext sensor, the dead-run sensor, the
-resources, configured from the environment (see :func:`pipelines.resources.default_resources`),
+resources, configured from the environment (see :func:`assets.resources.default_resources`),
 and the executor every job runs with (Dagster's default, plus failing dead runs:
 :mod:`pipelines.executor`).
 """
@@ -22,10 +22,10 @@ from assets import (
     training_data,
     vocabulary,
 )
+from assets.resources import default_resources
 from pipelines.dead_run_sensor import dead_run_sensor
 from pipelines.executor import psp_executor
 from pipelines.jobs import JOBS
-from pipelines.resources import default_resources
 from pipelines.schedules import weekly_retrain_schedule
 from pipelines.sensors import new_bitext_sensor
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
 
+from assets.languages import load_registry
 from pipelines.jobs import psp_language_job
-from pipelines.languages import load_registry
 
 RETRAIN_CRON = "0 3 * * 1"  # Mondays 03:00
 

@@ -27,10 +27,10 @@ from dagster import (
     sensor,
 )
 
+from assets.languages import LanguageSpec, load_registry
+from assets.resources import OpusResource, StorageResource, version_key
 from ops.opus import OpusError
 from pipelines.jobs import psp_language_job
-from pipelines.languages import LanguageSpec, load_registry
-from pipelines.resources import OpusResource, StorageResource, version_key
 
 
 def _newer_releases(

@@ -14,9 +14,9 @@ import shutil
 import pytest
 from dagster import materialize
 
+from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.stage import Stage, fingerprint
 from pipelines.definitions import defs
-from pipelines.resources import ComputeResource, EvaluationDataResource, StorageResource
 
 REGISTRY = '[languages.de]\nsource = "local"\nlocal_dir = "unused"\n'
 TRAINING = dict(dim=32, epochs=2, batch_size=32, max_megabatch=4, anneal_every=0, lr=0.01)

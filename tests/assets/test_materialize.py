@@ -12,9 +12,9 @@ import pytest
 import yaml
 from dagster import AssetKey, materialize
 
+from assets.resources import ComputeResource
 from ops.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import ASSET_MODULES, defs
-from pipelines.resources import ComputeResource
 from psp_core import load_model
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import LANGUAGE_STAGES, loopback_resources

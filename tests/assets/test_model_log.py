@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, materialize
 
+from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.stage import Stage, fingerprint
 from pipelines.definitions import defs
-from pipelines.resources import ComputeResource, EvaluationDataResource, StorageResource
 from tests.conftest import write_training_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from dagster import DagsterEventType, materialize
 
+from assets.resources import ComputeResource
 from ops.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import defs
-from pipelines.resources import ComputeResource
 from psp_core.tokenizer import Tokenizer
 from psp_core.training_file import TrainingFile
 from tests.conftest import require_shared_data

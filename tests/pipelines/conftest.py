@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.resources import (
+from assets.resources import (
     ComputeResource,
     EvaluationDataResource,
     LanguageIdResource,

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from assets.languages import load_registry
 from pipelines.definitions import defs
-from pipelines.languages import load_registry
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.corpora import publish_de, write_eval_dir
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from dagster import AssetKey, DagsterInstance
 
+from assets.languages import load_registry
+from assets.resources import DEFAULT_MAX_WORKERS, ComputeResource
 from pipelines.definitions import defs
-from pipelines.languages import load_registry
-from pipelines.resources import DEFAULT_MAX_WORKERS, ComputeResource
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from dagster import materialize
 
+from assets.languages import RegistryError, load_registry, parse_registry
 from ops.langid import LanguageRule
 from ops.opus import paper_corpora
 from ops.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import defs
-from pipelines.languages import RegistryError, load_registry, parse_registry
 from psp_core.training import TrainConfig
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
@@ -237,7 +237,7 @@ def test_loading_warns_about_each_broken_language(
     path = tmp_path / "languages.toml"
     path.write_text(f'[languages.fr]\nsource = "paranmt"\nepochs = 3\n{VALID_PT}')
     monkeypatch.setenv("PSP_LANGUAGES", str(path))
-    with caplog.at_level(logging.WARNING, logger="pipelines.languages"):
+    with caplog.at_level(logging.WARNING, logger="assets.languages"):
         registry = load_registry()
     assert registry.codes == ["fr", "pt"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
