@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench clean
+.PHONY: install run ui test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,12 +35,24 @@ export PSP_EVAL_DIR ?= $(SHARED_DATA)/eval
 export PSP_PARANMT_URL ?= $(SHARED_DATA)/paraphrase/paranmt-format-sample.txt.gz
 
 run: $(STAMP)
-	mkdir -p $(DAGSTER_HOME) && cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	mkdir -p $(DAGSTER_HOME) && cp configs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) $(VENV)/bin/dagster job execute \
 		-m pipelines.definitions -j psp_language_job \
 		--tags '{"dagster/partition": "$(PARTITION)"}' $(if $(PROFILE),-c $(PROFILE))
 	@echo "model: $(PSP_STORAGE_ROOT)/$(PARTITION)/psp_model/model"
 	@cat $(PSP_STORAGE_ROOT)/$(PARTITION)/model_evaluation/results.md
+
+# The UI (`dagster dev`) with the same instance, registry and storage as `make run`. Dagster
+# 1.13 marks `dagster dev` as superseded by `dg dev` (the dagster-dg-cli package, which needs a
+# dg project layout this repository does not use): that notice is filtered, nothing else.
+UI_HOST ?= 127.0.0.1
+UI_PORT ?= 3000
+ui: $(STAMP)
+	mkdir -p $(DAGSTER_HOME) && cp configs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	@echo "dagster dev on http://$(UI_HOST):$(UI_PORT) (DAGSTER_HOME=$(DAGSTER_HOME))"
+	@DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) \
+		PYTHONWARNINGS='ignore:Function `dev_command` is superseded' \
+		$(VENV)/bin/dagster dev -h $(UI_HOST) -p $(UI_PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

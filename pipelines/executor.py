@@ -1,5 +1,12 @@
-"""The code location's executor: Dagster's default (multiprocess, or in-process by run config)
-plus a watch for dead runs, so that a run killed with ``kill -9`` never blocks the next.
+"""The code location's executor: Dagster's in-process executor by default (multiprocess by run
+config) plus a watch for dead runs, so that a run killed with ``kill -9`` never blocks the next.
+
+In-process by default: a language's run is a chain (each stage needs the one before), so the
+multiprocess executor never runs two of its steps at once, yet it starts a process per step that
+imports the code location again (torch, pyarrow, Dagster: about 6 s each on 2 cores), which made
+a re-run with every stage reused take a minute. ``execution: {config: {multiprocess: {}}}``
+still selects it (a step then runs in a process of its own, and a crash of one step cannot take
+the run worker down with it).
 
 Before a run executes its plan it records its worker (``pipelines.dead_runs.record_worker``),
 fails the runs on this host whose worker is gone and frees their concurrency slots; while it
@@ -14,7 +21,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster import DagsterInstance, Executor, ExecutorDefinition, multi_or_in_process_executor
+from dagster import (
+    DagsterInstance,
+    Executor,
+    ExecutorDefinition,
+    Field,
+    multi_or_in_process_executor,
+)
 from dagster._core.events import DagsterEvent
 
 from pipelines.dead_runs import POLL_SECONDS, fail_dead_runs, record_worker
@@ -100,13 +113,21 @@ def _create(init_context) -> Executor:
     return DeadRunWatchingExecutor(inner)
 
 
+#: Dagster's selector of ``multiprocess`` / ``in_process`` settings, with in_process as default
+EXECUTOR_CONFIG = Field(
+    multi_or_in_process_executor.config_schema.config_type,
+    default_value={"in_process": {}},
+    description="in_process (the default: one process runs the steps one after another) or "
+    "multiprocess (a process per step).",
+)
+
 psp_executor = ExecutorDefinition(
     name="psp_executor",
-    config_schema=multi_or_in_process_executor.config_schema,
+    config_schema=EXECUTOR_CONFIG,
     requirements=multi_or_in_process_executor.get_requirements,
     executor_creation_fn=_create,
     description=(
-        "Dagster's default executor (multiprocess, or in_process) that also fails runs whose "
-        "worker process died on this host and frees their pool slots."
+        "Dagster's executor, in_process by default (multiprocess by run config), that also "
+        "fails runs whose worker process died on this host and frees their pool slots."
     ),
 )

@@ -148,7 +148,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     dagster_home, storage, eval_dir = work / "dagster_home", work / "storage", work / "eval"
     dagster_home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    shutil.copy(ROOT / "configs" / "dagster.yaml", dagster_home / "dagster.yaml")
     write_eval_dir(eval_dir)
 
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"

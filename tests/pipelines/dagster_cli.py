@@ -29,7 +29,7 @@ def dagster_env(work: Path, server: OpusServer, name: str = "") -> dict[str, str
     base = work / name if name else work
     home, storage, eval_dir = base / "home", base / "storage", work / "eval"
     home.mkdir(parents=True)
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(ROOT / "configs" / "dagster.yaml", home / "dagster.yaml")
     if not eval_dir.exists():
         write_eval_dir(eval_dir)
     return os.environ | {

@@ -72,7 +72,7 @@ def dagster_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
     publish_de(server, build_moses_zip)
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(ROOT / "configs" / "dagster.yaml", home / "dagster.yaml")
     write_eval_dir(tmp_path / "eval")
     port = free_port()
     env = os.environ | {

@@ -113,7 +113,7 @@ def test_workspace_loads_the_definitions_module() -> None:
 
 
 def test_dagster_yaml_instance_settings(tmp_path: Path, monkeypatch) -> None:
-    shutil.copy(ROOT / "dagster.yaml", tmp_path / "dagster.yaml")
+    shutil.copy(ROOT / "configs" / "dagster.yaml", tmp_path / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     instance = DagsterInstance.from_config(str(tmp_path))
     try:
