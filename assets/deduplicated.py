@@ -14,6 +14,7 @@ from dagster import (
     asset,
 )
 
+from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import StageConfig
 from assets.languages import load_registry
 from assets.metadata import corpora_table, pipeline_funnel_markdown, report_metadata
@@ -34,11 +35,20 @@ FUNNEL_STAGES = ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
 
 @asset(
     partitions_def=language_partitions,
-    group_name="filtering",
+    group_name=DATA_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     deps=["length_filtered_pairs"],
     kinds={"parquet"},
-    check_specs=[AssetCheckSpec(CHECK, asset="deduplicated_pairs", blocking=True)],
+    check_specs=[
+        AssetCheckSpec(
+            CHECK,
+            asset="deduplicated_pairs",
+            blocking=True,
+            description="At least one pair is left after dedup and the corpus caps. Blocking: "
+            "sentencepiece and training need data.",
+        )
+    ],
 )
 def deduplicated_pairs(
     context: AssetExecutionContext,

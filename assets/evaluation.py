@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
+from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import EvaluationConfig, TrainingConfig
 from assets.languages import load_registry
 from assets.metadata import common_metadata
@@ -54,7 +55,8 @@ def dev_sts_of(model: Manifest) -> str | None:
 
 @asset(
     partitions_def=language_partitions,
-    group_name="evaluation",
+    group_name=MODEL_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     deps=["psp_model"],
     kinds={"json"},

@@ -14,6 +14,7 @@ from dagster import (
     asset,
 )
 
+from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import StageConfig
 from assets.languages import load_registry
 from assets.metadata import report_metadata
@@ -28,11 +29,20 @@ CHECK = "length_filtered_pairs_not_empty"
 
 @asset(
     partitions_def=language_partitions,
-    group_name="filtering",
+    group_name=DATA_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     deps=["langid_filtered_pairs"],
     kinds={"parquet"},
-    check_specs=[AssetCheckSpec(CHECK, asset="length_filtered_pairs", blocking=True)],
+    check_specs=[
+        AssetCheckSpec(
+            CHECK,
+            asset="length_filtered_pairs",
+            blocking=True,
+            description="At least one pair passed the length (and for ParaNMT score and trigram) "
+            "filters. Blocking: nothing left to train on.",
+        )
+    ],
 )
 def length_filtered_pairs(
     context: AssetExecutionContext, config: StageConfig, storage: StorageResource

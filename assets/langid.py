@@ -13,6 +13,7 @@ from dagster import (
     asset,
 )
 
+from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import LanguageIdConfig
 from assets.languages import load_registry
 from assets.metadata import report_metadata
@@ -27,11 +28,21 @@ CHECK = "langid_pass_rate_in_range"
 
 @asset(
     partitions_def=language_partitions,
-    group_name="filtering",
+    group_name=DATA_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     deps=["raw_pairs"],
     kinds={"parquet"},
-    check_specs=[AssetCheckSpec(CHECK, asset="langid_filtered_pairs", blocking=True)],
+    check_specs=[
+        AssetCheckSpec(
+            CHECK,
+            asset="langid_filtered_pairs",
+            blocking=True,
+            description="Language ID kept between 20% and 100% of the pairs. Blocking: a lower "
+            "rate means the corpus is not the language the registry says (swapped sides, a "
+            "wrong code), which training would silently learn from.",
+        )
+    ],
 )
 def langid_filtered_pairs(
     context: AssetExecutionContext,

@@ -19,6 +19,7 @@ from dagster import (
     asset,
 )
 
+from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import TrainingConfig
 from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
@@ -83,14 +84,27 @@ def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetC
 
 @asset(
     partitions_def=language_partitions,
-    group_name="training",
+    group_name=MODEL_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     deps=["sentencepiece_model", "training_data"],
     pool="psp_training",
     kinds={"pytorch"},
     check_specs=[
-        AssetCheckSpec(VOCAB_CHECK, asset="psp_model", blocking=True),
-        AssetCheckSpec(FINITE_CHECK, asset="psp_model", blocking=True),
+        AssetCheckSpec(
+            VOCAB_CHECK,
+            asset="psp_model",
+            blocking=True,
+            description="The bundle's embedding table has one row per piece of its sentencepiece "
+            "model. Blocking: otherwise ids would index the wrong rows (or past the table).",
+        ),
+        AssetCheckSpec(
+            FINITE_CHECK,
+            asset="psp_model",
+            blocking=True,
+            description="Every weight is finite. Blocking: a NaN or inf row (a diverged run) "
+            "makes the embeddings of every sentence with that piece NaN.",
+        ),
     ],
 )
 def psp_model(

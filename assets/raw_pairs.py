@@ -25,6 +25,7 @@ from dagster import (
     asset,
 )
 
+from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import RawPairsConfig
 from assets.languages import LanguageSpec, load_registry
 from assets.metadata import report_metadata
@@ -124,11 +125,20 @@ def _inbox_parts(spec: LanguageSpec, inbox: Path, files: list[Path], stage: Stag
 
 @asset(
     partitions_def=language_partitions,
-    group_name="ingest",
+    group_name=DATA_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     retry_policy=DOWNLOAD_RETRY_POLICY,
     kinds={"parquet"},
-    check_specs=[AssetCheckSpec("raw_pairs_not_empty", asset="raw_pairs", blocking=True)],
+    check_specs=[
+        AssetCheckSpec(
+            "raw_pairs_not_empty",
+            asset="raw_pairs",
+            blocking=True,
+            description="The download read at least one pair. Blocking: an empty corpus (a wrong "
+            "corpus name or version, an empty inbox) would otherwise flow through every stage.",
+        )
+    ],
 )
 def raw_pairs(
     context: AssetExecutionContext,

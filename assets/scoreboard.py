@@ -9,6 +9,7 @@ import json
 
 from dagster import AllPartitionMapping, AssetDep, MaterializeResult, MetadataValue, asset
 
+from assets.catalog import OWNERS, SCOREBOARD_GROUP
 from assets.languages import load_registry
 from assets.resources import StorageResource
 from assets.stage import read_manifest
@@ -17,7 +18,8 @@ from psp_core.evaluation import scoreboard_markdown, scoreboard_rows
 
 
 @asset(
-    group_name="scoreboard",
+    group_name=SCOREBOARD_GROUP,
+    owners=OWNERS,
     deps=[AssetDep("model_evaluation", partition_mapping=AllPartitionMapping())],
     kinds={"markdown"},
 )

@@ -16,6 +16,7 @@ from dagster import (
     asset,
 )
 
+from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import TrainingDataConfig
 from assets.languages import load_registry
 from assets.metadata import pipeline_funnel_markdown, report_metadata
@@ -47,11 +48,20 @@ def count_empty_sentences(path) -> tuple[int, int]:
 
 @asset(
     partitions_def=language_partitions,
-    group_name="packing",
+    group_name=DATA_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     deps=["deduplicated_pairs", "sentencepiece_model"],
     kinds={"hdf5"},
-    check_specs=[AssetCheckSpec(CHECK, asset="training_data", blocking=True)],
+    check_specs=[
+        AssetCheckSpec(
+            CHECK,
+            asset="training_data",
+            blocking=True,
+            description="The packed file has pairs and no sentence without pieces. Blocking: an "
+            "empty sentence has no embedding, and training would divide by zero.",
+        )
+    ],
 )
 def training_data(
     context: AssetExecutionContext,

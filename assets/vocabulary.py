@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
+from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import SentencepieceConfig
 from assets.languages import load_registry
 from assets.metadata import common_metadata
@@ -21,7 +22,8 @@ SEED = 1
 
 @asset(
     partitions_def=language_partitions,
-    group_name="vocabulary",
+    group_name=DATA_GROUP,
+    owners=OWNERS,
     code_version=CODE_VERSION,
     deps=["deduplicated_pairs"],
     kinds={"sentencepiece"},

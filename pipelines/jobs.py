@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
+from assets.catalog import DATA_GROUP, MODEL_GROUP, SCOREBOARD_GROUP
+
 #: Asset groups in pipeline order; every partitioned asset belongs to exactly one. The
 #: unpartitioned scoreboard (group ``scoreboard``) has a job of its own.
-DATA_GROUPS = ("ingest", "filtering", "vocabulary", "packing")
-MODEL_GROUPS = ("training", "evaluation")
+DATA_GROUPS = (DATA_GROUP,)
+MODEL_GROUPS = (MODEL_GROUP,)
 
 psp_language_job = define_asset_job(
     "psp_language_job",
@@ -30,7 +32,7 @@ train_evaluate_job = define_asset_job(
 
 scoreboard_job = define_asset_job(
     "scoreboard_job",
-    selection=AssetSelection.groups("scoreboard"),
+    selection=AssetSelection.groups(SCOREBOARD_GROUP),
     description="One table of every evaluated language's results (not partitioned).",
 )
 

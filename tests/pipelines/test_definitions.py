@@ -17,14 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_ASSETS = {
     # asset: (group, upstream assets)
-    "raw_pairs": ("ingest", set()),
-    "langid_filtered_pairs": ("filtering", {"raw_pairs"}),
-    "length_filtered_pairs": ("filtering", {"langid_filtered_pairs"}),
-    "deduplicated_pairs": ("filtering", {"length_filtered_pairs"}),
-    "sentencepiece_model": ("vocabulary", {"deduplicated_pairs"}),
-    "training_data": ("packing", {"deduplicated_pairs", "sentencepiece_model"}),
-    "psp_model": ("training", {"sentencepiece_model", "training_data"}),
-    "model_evaluation": ("evaluation", {"psp_model"}),
+    "raw_pairs": ("data", set()),
+    "langid_filtered_pairs": ("data", {"raw_pairs"}),
+    "length_filtered_pairs": ("data", {"langid_filtered_pairs"}),
+    "deduplicated_pairs": ("data", {"length_filtered_pairs"}),
+    "sentencepiece_model": ("data", {"deduplicated_pairs"}),
+    "training_data": ("data", {"deduplicated_pairs", "sentencepiece_model"}),
+    "psp_model": ("model", {"sentencepiece_model", "training_data"}),
+    "model_evaluation": ("model", {"psp_model"}),
 }
 UNPARTITIONED_ASSETS = {"evaluation_scoreboard": ("scoreboard", {"model_evaluation"})}
 EXPECTED_CHECKS = {
@@ -73,7 +73,20 @@ def test_blocking_asset_checks() -> None:
     checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
     assert checks == EXPECTED_CHECKS
     for key in graph.asset_check_keys:
-        assert graph.get_check_spec(key).blocking, key
+        spec = graph.get_check_spec(key)
+        assert spec.blocking, key
+        # the UI shows it beside the check: what is checked and why it blocks
+        assert spec.description and "Blocking" in spec.description, key
+
+
+def test_every_asset_has_an_owner_and_one_of_three_groups() -> None:
+    graph = defs.get_repository_def().asset_graph
+    groups = set()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.owners == ["team:psp"], key
+        groups.add(node.group_name)
+    assert groups == {"data", "model", "scoreboard"}
 
 
 def test_download_retry_policy_and_training_pool() -> None:
