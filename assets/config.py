@@ -48,11 +48,27 @@ class TrainingDataConfig(StageConfig):
 class TrainingConfig(StageConfig):
     dim: int | None = Field(default=None, description="Embedding dimension (paper: 1024).")
     epochs: int | None = Field(default=None, description="Passes over the data (paper: 25).")
-    batch_size: int | None = None
-    max_megabatch: int | None = None
-    anneal_every: int | None = None
-    dropout: float | None = None
-    lr: float | None = None
+    batch_size: int | None = Field(
+        default=None, description="Pairs per mini-batch (paper: 128; null: the registry's)."
+    )
+    max_megabatch: int | None = Field(
+        default=None,
+        description="Largest mega-batch, in mini-batches, that hard negatives are mined from "
+        "(paper: 100 for ParaNMT, 60 or 100 for bitext).",
+    )
+    anneal_every: int | None = Field(
+        default=None,
+        description="The mega-batch grows by one mini-batch every this many steps, from 1 "
+        "(paper: 150); 0 starts at max_megabatch.",
+    )
+    dropout: float | None = Field(
+        default=None, description="Dropout on piece embeddings (paper tunes 0, 0.1, 0.3)."
+    )
+    lr: float | None = Field(
+        default=None,
+        description="Adam learning rate (paper: 0.001; the demo profile uses 0.05 for its "
+        "single epoch).",
+    )
     max_steps: int | None = Field(default=None, description="Stop after this many mini-batches.")
     dev_sts: str | None = Field(
         default="sts17/en-en.tsv",
@@ -79,4 +95,7 @@ class EvaluationConfig(StageConfig):
     tatoeba_languages: list[str] | None = Field(
         default=None, description="LASER codes (deu, fra, ...); null: the language's own."
     )
-    speed_repeats: int = 3
+    speed_repeats: int = Field(
+        default=3,
+        description="Repeats of the embedding-speed measurement; the median is reported.",
+    )
