@@ -39,7 +39,7 @@ CODE_VERSION = "2"
 VOCAB_CHECK = "model_vocab_matches_sentencepiece"
 FINITE_CHECK = "model_weights_finite"
 #: TrainConfig fields that do not change the trained weights.
-_NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "checkpoint_every")
+_NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "log_seconds", "checkpoint_every")
 
 
 def _history_markdown(history: list[dict]) -> str:

@@ -52,7 +52,8 @@ class TrainConfig:
         max_steps: stop after this many mini-batches in total (None: run all epochs).
         device: ``"auto"`` (cuda if present, else cpu), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         num_threads: torch intra-op threads (None: torch's default).
-        log_every: log loss and pairs/s every this many mini-batches.
+        log_every: log progress (loss, pairs/s, ETA) every this many mini-batches.
+        log_seconds: and at least every this many seconds (0: by count only).
     """
 
     dim: int = 1024
@@ -75,6 +76,7 @@ class TrainConfig:
     device: str = "auto"
     num_threads: int | None = None
     log_every: int = 100
+    log_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -102,6 +104,7 @@ class TrainConfig:
         "device",
         "num_threads",
         "log_every",
+        "log_seconds",
         "epochs",
     )
 

@@ -8,13 +8,13 @@ drives them, epoch by epoch and mega-batch by mega-batch.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from psp_core.bundle import BundleConfig, save_bundle
@@ -26,6 +26,7 @@ from psp_core.training.config import TrainConfig
 from psp_core.training.data import EpochStream, PairBatch
 from psp_core.training.distributed import DistributedContext, distributed_training, tensor_digest
 from psp_core.training.optim import build_optimizer
+from psp_core.training.progress import TrainingProgress
 from psp_core.training.schedule import MegabatchSchedule
 from psp_core.training.steps import StepSettings, train_megabatch
 from psp_core.training_file import TrainingFile
@@ -71,28 +72,6 @@ def languages_of(lang: str, kind: str) -> list[str]:
     if kind == "paraphrase":
         return [lang]
     return ["en", lang] if lang != "en" else ["en"]
-
-
-class _Progress:
-    """Logs loss and pairs/s every ``every`` steps."""
-
-    def __init__(self, every: int, batch_size: int) -> None:
-        self.every = every
-        self.batch_size = batch_size
-        self.losses: list[float] = []
-        self.started = time.perf_counter()
-
-    def __call__(self, step: int, loss: float) -> None:
-        self.losses.append(loss)
-        if self.every and step % self.every == 0:
-            recent = self.losses[-self.every :]
-            elapsed = time.perf_counter() - self.started
-            log.info(
-                "step %d loss %.4f pairs/s %.0f",
-                step,
-                float(np.mean(recent)),
-                len(self.losses) * self.batch_size / max(elapsed, 1e-9),
-            )
 
 
 def train(
@@ -207,6 +186,10 @@ def train(
             distributed=distributed,
         )
         pairs_per_step = config.batch_size * distributed.world_size
+        epoch_steps = math.ceil(len(data) / pairs_per_step)
+        total_steps = epoch_steps * config.epochs
+        if config.max_steps is not None:
+            total_steps = min(total_steps, config.max_steps)
 
         def step_hook(step: int, loss: float) -> None:
             progress(step, loss)
@@ -222,7 +205,17 @@ def train(
                 block_size=config.shuffle_block,
                 start=state.position,
             )
-            progress = _Progress(config.log_every if main else 0, pairs_per_step)
+            progress = TrainingProgress(
+                epoch=state.epoch,
+                epochs=config.epochs,
+                first_step=state.step,
+                epoch_steps=epoch_steps,
+                total_steps=total_steps,
+                pairs_per_step=pairs_per_step,
+                megabatch_at=schedule.size_at,
+                every=config.log_every if main else 0,
+                seconds=config.log_seconds if main else 0.0,
+            )
             last_checkpoint = state.step
             # the epoch's clock, counting the seconds it ran before a resume
             epoch_started = progress.started - state.epoch_seconds
@@ -277,6 +270,7 @@ def train(
                         store.save_best(model.weight, state.epoch, score)
             if main:
                 log.info("epoch %s", record)
+                log.info("end of %s", progress.line(state.step))
             state.history.append(record)
             state.epoch += 1
             state.position = 0

@@ -119,7 +119,10 @@ def test_resumed_training_logs_to_dagster_and_a_foreign_checkpoint_starts_over(
     assert len(resuming) == 1, lines
     level, text = resuming[0]
     assert level == logging.INFO and str(checkpoint) in text and "psp_core.training" in text
-    assert any(re.search(r"step \d+ loss [\d.]+ pairs/s", text) for _, text in lines)
+    # progress in the run's event log: epoch, step, mega-batch, loss, pairs/s and time left
+    progress = r"epoch \d/2 step \d+/\d+ megabatch \d+ loss [\d.]+ pairs/s \d+ eta epoch \S+ run"
+    assert any(re.search(progress, text) for _, text in lines), lines
+    assert sum("end of epoch" in text for _, text in lines) >= 1, lines
     assert not checkpoint.exists()  # removed after success
 
     # the training file changes in place under the same manifest (the same pairs reversed):
