@@ -9,6 +9,7 @@ from dagster import AssetExecutionContext, DataVersion, MaterializeResult, Metad
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import SentencepieceConfig
 from assets.languages import load_registry
+from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata
 from assets.partitions import language_partitions
 from assets.resources import ComputeResource, StorageResource
@@ -65,7 +66,9 @@ def sentencepiece_model(
         }
         return {"model": path.name}, record
 
-    manifest = stage.run(key, run, force=config.force)
+    # ops' log lines (the sample size, a vocabulary raised to fit the script) in the run's log
+    with logs_to_dagster(context.log, "ops"):
+        manifest = stage.run(key, run, force=config.force)
     record = manifest.record
     metadata = common_metadata(manifest, "model")
     metadata.update(

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import random
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -110,6 +111,20 @@ def _pair_sentences(input: str | Path) -> Iterator[pa.Array]:
             yield text.filter(pc.not_equal(pc.utf8_trim_whitespace(text), ""))
 
 
+_REQUIRED_CHARS = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def vocabulary_for_characters(error: Exception) -> tuple[int, int] | None:
+    """From sentencepiece's "Vocabulary size is smaller than required_chars. V vs C" error:
+    ``(C, a vocabulary size that fits them)``, with room for the special pieces and a tenth
+    more for pieces longer than one character; None for any other error."""
+    found = _REQUIRED_CHARS.search(str(error))
+    if found is None:
+        return None
+    characters = int(found.group(2))
+    return characters, characters + max(characters // 10, 16)
+
+
 def _train_on_sample(
     sample: list[str],
     output: str | Path,
@@ -137,19 +152,39 @@ def _train_on_sample(
         sample.clear()
         log.info("training sentencepiece (vocab %d) on %d sentences", vocab_size, n_sentences)
         model = io.BytesIO()
+
         # fed as an iterator over the file rather than as ``input=path``: the model then
         # records no input path (a temporary name), so the same sample gives the same bytes
-        with open(text_path, encoding="utf-8", newline="\n") as lines:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=(line[:-1] for line in lines),
-                model_writer=model,
-                vocab_size=vocab_size,
-                character_coverage=character_coverage,
-                model_type=model_type,
-                hard_vocab_limit=False,
-                num_threads=num_threads,
-                minloglevel=2,
+        def train(size: int) -> None:
+            with open(text_path, encoding="utf-8", newline="\n") as lines:
+                spm.SentencePieceTrainer.train(
+                    sentence_iterator=(line[:-1] for line in lines),
+                    model_writer=model,
+                    vocab_size=size,
+                    character_coverage=character_coverage,
+                    model_type=model_type,
+                    hard_vocab_limit=False,
+                    num_threads=num_threads,
+                    minloglevel=2,
+                )
+
+        try:
+            train(vocab_size)
+        except RuntimeError as error:
+            needed = vocabulary_for_characters(error)
+            if needed is None:
+                raise
+            log.warning(
+                "vocab_size %d is smaller than the %d characters that character_coverage %s "
+                "keeps in this sample need (a script with many characters, such as Chinese): "
+                "training with vocab_size %d instead",
+                vocab_size,
+                needed[0],
+                character_coverage,
+                needed[1],
             )
+            model = io.BytesIO()
+            train(needed[1])
     with atomic_path(output) as tmp:
         tmp.write_bytes(model.getvalue())
     return output

@@ -14,6 +14,7 @@ from ops.sentencepiece_model import (
 )
 from psp_core.tokenizer import Tokenizer
 from psp_core.training_file import TrainingFile
+from tests.conftest import require_shared_data
 
 
 def write_pair_file(path, pairs, src_lang="en", tgt_lang="xx"):
@@ -105,6 +106,32 @@ def test_train_sentencepiece_from_pairs_uses_both_sides(tmp_path, toy):
         ids = tokenizer.processor.Encode(sentence)
         assert tokenizer.unk_id not in ids and tokenizer.processor.Decode(ids) == sentence
     # the temporary sample file is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.parquet", "spm.model"]
+
+
+def test_a_vocabulary_too_small_for_the_script_is_raised_to_fit_its_characters(tmp_path, caplog):
+    """Chinese text has more characters than a small profile's vocabulary (quick.yaml's 500
+    failed inside sentencepiece on zh): the vocabulary grows to fit them, with a warning."""
+    rng = np.random.default_rng(0)
+    characters = [chr(0x4E00 + i) for i in range(900)]  # 900 CJK ideographs
+    pairs = [
+        (
+            f"sentence {i}",
+            "".join(rng.choice(characters, size=12)) + " " + "".join(characters[i::300]),
+        )
+        for i in range(1500)
+    ]
+    source = write_pair_file(tmp_path / "pairs.parquet", pairs, tgt_lang="zh")
+    with caplog.at_level("WARNING", logger="ops.sentencepiece_model"):
+        model = train_sentencepiece_from_pairs(
+            source, tmp_path / "spm.model", vocab_size=300, character_coverage=1.0, seed=0
+        )
+    tokenizer = Tokenizer.from_file(model)
+    assert tokenizer.vocab_size > 900
+    ids = tokenizer.processor.Encode(pairs[5][1])
+    assert tokenizer.unk_id not in ids  # every character is a piece
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "vocab_size 300 is smaller than" in warnings[0], warnings
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.parquet", "spm.model"]
 
 
@@ -266,3 +293,28 @@ def test_an_encoding_error_reaches_the_caller_and_leaves_no_partial_file(
             workers=workers,
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.parquet"]
+
+
+@pytest.mark.real_data
+def test_the_quick_profile_vocabulary_trains_on_the_real_chinese_bitext(tmp_path):
+    """configs/quick.yaml's 500 pieces on the shared en-zh bitext, jieba-segmented as the
+    chain does: sentencepiece needed about 1,700 for the characters and failed; now it fits."""
+    import gzip
+
+    from ops.segmentation import segment_pairs
+
+    bitext = require_shared_data("bitext", "en-zh")
+    with (
+        gzip.open(bitext / "combined.en.gz", "rt") as en,
+        gzip.open(bitext / "combined.zh.gz", "rt") as zh,
+    ):
+        pairs = [
+            (e.strip().lower(), z.strip()) for e, z, _ in zip(en, zh, range(5_000), strict=False)
+        ]
+    source = write_pair_file(tmp_path / "pairs.parquet", pairs, tgt_lang="zh")
+    segmented = segment_pairs(source, tmp_path / "segmented.parquet", cache_dir=tmp_path / "cache")
+    assert segmented.n_out == len(pairs)
+    model = train_sentencepiece_from_pairs(
+        tmp_path / "segmented.parquet", tmp_path / "spm.model", vocab_size=500, seed=1
+    )
+    assert Tokenizer.from_file(model).vocab_size > 1_000
