@@ -17,7 +17,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import StageConfig
 from assets.languages import load_registry
-from assets.metadata import corpora_table, pipeline_funnel_markdown, report_metadata
+from assets.metadata import corpora_table, pipeline_funnel_table, report_metadata
 from assets.partitions import language_partitions
 from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
@@ -100,7 +100,7 @@ def deduplicated_pairs(
     metadata = report_metadata(manifest, record, "pairs")
     funnel = [(name, stage.upstream(name).record) for name in FUNNEL_STAGES]
     funnel.append((stage.name, record))
-    metadata["pipeline_funnel"] = MetadataValue.md(pipeline_funnel_markdown(funnel))
+    metadata["pipeline_funnel"] = pipeline_funnel_table(funnel)
     metadata["pretokenizer"] = MetadataValue.text(spec.pretokenizer)
     if "caps" in record:
         raw = stage.upstream("raw_pairs").record

@@ -13,7 +13,7 @@ from dagster import AssetExecutionContext, DataVersion, MaterializeResult, Metad
 from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import EvaluationConfig, TrainingConfig
 from assets.languages import load_registry
-from assets.metadata import common_metadata
+from assets.metadata import common_metadata, settings_table
 from assets.partitions import language_partitions
 from assets.resources import EvaluationDataResource, StorageResource
 from assets.stage import Manifest, Stage, fingerprint
@@ -120,7 +120,7 @@ def model_evaluation(
     record = manifest.record
     metadata = common_metadata(manifest, "json")
     metadata["results"] = MetadataValue.md(manifest.output("markdown").read_text())
-    metadata["missing"] = MetadataValue.json(record["missing"])
+    metadata["missing"] = MetadataValue.text(", ".join(record["missing"]) or "nothing")
     metadata["dev_sts"] = MetadataValue.text(record["dev_sts"] or "none (no model selection)")
     if record["sts_mean"]:
         metadata["sts_mean_pearson"] = MetadataValue.float(record["sts_mean"]["pearson"])
@@ -131,5 +131,5 @@ def model_evaluation(
         dev = "_dev" if values["dev"] else ""  # the model-selection track: in no mean
         metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(values["pearson"])
     if record["speed"]:
-        metadata["speed"] = MetadataValue.json(record["speed"])
+        metadata["speed"] = settings_table(record["speed"])
     return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))

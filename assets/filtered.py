@@ -10,14 +10,13 @@ from dagster import (
     AssetExecutionContext,
     DataVersion,
     MaterializeResult,
-    MetadataValue,
     asset,
 )
 
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import StageConfig
 from assets.languages import load_registry
-from assets.metadata import report_metadata
+from assets.metadata import report_metadata, settings_table
 from assets.partitions import language_partitions
 from assets.resources import StorageResource
 from assets.stage import Stage, fingerprint
@@ -68,7 +67,7 @@ def length_filtered_pairs(
 
     manifest = stage.run(key, run, force=config.force)
     metadata = report_metadata(manifest, manifest.record, "pairs")
-    metadata["thresholds"] = MetadataValue.json(asdict(thresholds))
+    metadata["thresholds"] = settings_table(asdict(thresholds))
     n_out = manifest.record["n_out"]
     return MaterializeResult(
         metadata=metadata,

@@ -16,7 +16,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import LanguageIdConfig
 from assets.languages import load_registry
-from assets.metadata import report_metadata
+from assets.metadata import report_metadata, settings_table
 from assets.partitions import language_partitions
 from assets.resources import ComputeResource, LanguageIdResource, StorageResource
 from assets.stage import Stage, fingerprint
@@ -89,7 +89,7 @@ def langid_filtered_pairs(
     metadata = report_metadata(manifest, record, "pairs")
     metadata["pass_rate"] = MetadataValue.float(round(rate, 4))
     metadata["rule"] = MetadataValue.text(rule.describe())
-    metadata["rule_settings"] = MetadataValue.json(asdict(rule))
+    metadata["rule_settings"] = settings_table(asdict(rule))
     return MaterializeResult(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),

@@ -14,26 +14,27 @@ def _percent(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.2f}%" if whole else "-"
 
 
-def funnel_markdown(report: Mapping[str, Any]) -> str:
-    """One stage's ``StageReport.as_dict()`` as a markdown table: in, each drop, out."""
+STAGE_FUNNEL_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("pairs", "string", description="in, dropped for a reason, out"),
+        TableColumn("count", "int"),
+        TableColumn("share_of_input", "string"),
+    ]
+)
+
+
+def funnel_table(report: Mapping[str, Any]) -> MetadataValue:
+    """One stage's ``StageReport.as_dict()`` as a table: in, each drop reason, out."""
     n_in = int(report["n_in"])
-    rows = ["| | pairs | share of input |", "|---|---:|---:|", f"| in | {n_in:,} | 100% |"]
+    rows = [TableRecord({"pairs": "in", "count": n_in, "share_of_input": "100%"})]
     for reason, count in sorted(report.get("dropped", {}).items(), key=lambda kv: -kv[1]):
-        rows.append(f"| dropped: {reason} | {count:,} | {_percent(count, n_in)} |")
-    rows.append(f"| **out** | **{int(report['n_out']):,}** | {_percent(report['n_out'], n_in)} |")
-    return "\n".join(rows)
-
-
-def pipeline_funnel_markdown(stages: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    """Several stages' reports as one funnel: pairs left after each stage and why they went."""
-    rows = ["| stage | in | out | kept | dropped (reason: pairs) |", "|---|---:|---:|---:|---|"]
-    for name, report in stages:
-        drops = ", ".join(f"{k}: {v:,}" for k, v in sorted(report.get("dropped", {}).items()))
-        rows.append(
-            f"| {name} | {report['n_in']:,} | {report['n_out']:,} "
-            f"| {_percent(report['n_out'], report['n_in'])} | {drops or '-'} |"
-        )
-    return "\n".join(rows)
+        row = {"pairs": f"dropped: {reason}", "count": int(count)}
+        rows.append(TableRecord(row | {"share_of_input": _percent(count, n_in)}))
+    n_out = int(report["n_out"])
+    rows.append(
+        TableRecord({"pairs": "out", "count": n_out, "share_of_input": _percent(n_out, n_in)})
+    )
+    return MetadataValue.table(rows, schema=STAGE_FUNNEL_COLUMNS)
 
 
 def report_metadata(manifest: Manifest, report: Mapping[str, Any], output: str) -> dict:
@@ -42,7 +43,7 @@ def report_metadata(manifest: Manifest, report: Mapping[str, Any], output: str) 
         "pairs_in": MetadataValue.int(int(report["n_in"])),
         "pairs_out": MetadataValue.int(int(report["n_out"])),
         "pairs_dropped": MetadataValue.int(int(report["n_in"]) - int(report["n_out"])),
-        "funnel": MetadataValue.md(funnel_markdown(report)),
+        "funnel": funnel_table(report),
         "seconds": MetadataValue.float(float(report.get("seconds", 0.0))),
     }
     metadata.update(common_metadata(manifest, output))
@@ -86,3 +87,84 @@ def corpora_table(lines_read: Mapping[str, int], caps_record: Mapping[str, Any])
             )
         )
     return MetadataValue.table(rows, schema=CORPUS_COLUMNS)
+
+
+def settings_table(settings: Mapping[str, Any]) -> MetadataValue:
+    """A flat mapping (settings, speeds) as a two-column table instead of a JSON blob."""
+    rows = [
+        TableRecord({"name": str(name), "value": _readable(value)})
+        for name, value in sorted(settings.items())
+    ]
+    schema = TableSchema(columns=[TableColumn("name", "string"), TableColumn("value", "string")])
+    return MetadataValue.table(rows, schema=schema)
+
+
+def _readable(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_readable(v) for v in value) or "-"
+    return "-" if value is None else str(value)
+
+
+FUNNEL_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("stage", "string"),
+        TableColumn("in", "int", description="pairs into the stage"),
+        TableColumn("out", "int", description="pairs it kept"),
+        TableColumn("kept", "string", description="share of its input"),
+        TableColumn("dropped", "string", description="reason: pairs"),
+    ]
+)
+
+
+def pipeline_funnel_table(stages: Sequence[tuple[str, Mapping[str, Any]]]) -> MetadataValue:
+    """Several stages' reports as one funnel: pairs left after each stage and why they went."""
+    rows = [
+        TableRecord(
+            {
+                "stage": name,
+                "in": int(report["n_in"]),
+                "out": int(report["n_out"]),
+                "kept": _percent(report["n_out"], report["n_in"]),
+                "dropped": ", ".join(
+                    f"{k}: {v:,}" for k, v in sorted(report.get("dropped", {}).items())
+                )
+                or "-",
+            }
+        )
+        for name, report in stages
+    ]
+    return MetadataValue.table(rows, schema=FUNNEL_COLUMNS)
+
+
+EPOCH_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("epoch", "int"),
+        TableColumn("steps", "int", description="steps trained by the end of the epoch"),
+        TableColumn("mean_loss", "float"),
+        TableColumn("pairs_per_second", "float"),
+        TableColumn("dev_score", "float", description="Pearson x 100 on the dev STS file"),
+    ]
+)
+
+
+def epochs_table(history: Sequence[Mapping[str, Any]]) -> MetadataValue:
+    """Training's per-epoch records (loss, speed, dev score), rounded, as a table."""
+
+    def rounded(value: Any, digits: int) -> float | None:
+        return None if value is None else round(float(value), digits)
+
+    rows = [
+        TableRecord(
+            {
+                "epoch": int(h["epoch"]) + 1,
+                "steps": int(h["steps"]),
+                "mean_loss": rounded(h.get("loss"), 4),
+                "pairs_per_second": rounded(h.get("pairs_per_second"), 0),
+                "dev_score": rounded(h.get("dev_score"), 2),
+            }
+        )
+        for h in history
+    ]
+    return MetadataValue.table(rows, schema=EPOCH_COLUMNS)

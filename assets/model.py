@@ -23,9 +23,10 @@ from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import TrainingConfig
 from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
-from assets.metadata import common_metadata
+from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.orphan_guard import stop_when_orphaned
 from assets.partitions import language_partitions
+from assets.plots import LossCurve, line_chart_svg, svg_markdown
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.slots import machine_slot
 from assets.stage import Stage, fingerprint
@@ -42,14 +43,25 @@ FINITE_CHECK = "model_weights_finite"
 _NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "log_seconds", "checkpoint_every")
 
 
-def _history_markdown(history: list[dict]) -> str:
-    rows = ["| epoch | steps | mean loss | pairs/s | dev score |", "|---:|---:|---:|---:|---:|"]
-    for h in history:
-        loss = "-" if h.get("loss") is None else f"{h['loss']:.4f}"
-        speed = "-" if h.get("pairs_per_second") is None else f"{h['pairs_per_second']:,.0f}"
-        dev = "-" if h.get("dev_score") is None else f"{h['dev_score']:.2f}"
-        rows.append(f"| {h['epoch']} | {h['steps']} | {loss} | {speed} | {dev} |")
-    return "\n".join(rows)
+def _loss_pictures(record: dict) -> str:
+    """The loss curve (mean loss per window of steps) and, with model selection, the dev score
+    per epoch, as SVG pictures in markdown."""
+    curve = record.get("loss_curve") or [
+        (h["steps"], h["loss"]) for h in record["history"] if h.get("loss") is not None
+    ]
+    pictures = [
+        svg_markdown(
+            line_chart_svg(curve, title="training loss (mean per window of steps)", x_label="step"),
+            "loss curve",
+        )
+    ]
+    dev = [(h["epoch"] + 1, h["dev_score"]) for h in record["history"] if h.get("dev_score")]
+    if dev:
+        chart = line_chart_svg(
+            dev, title="dev STS (Pearson x 100) per epoch", x_label="epoch", color="#d04a02"
+        )
+        pictures.append(svg_markdown(chart, "dev score"))
+    return "\n\n".join(pictures)
 
 
 def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetCheckResult]:
@@ -169,6 +181,8 @@ def psp_model(
                 checkpoint_dir=checkpoint,
                 pretokenizer=spec.pretokenizer,
             )
+            curve = LossCurve()
+            training = partial(training, on_step=curve)
             with logs_to_dagster(context.log):  # psp_core's resume and progress lines
                 try:
                     result = training()
@@ -190,6 +204,8 @@ def psp_model(
             "settings": settings,
             "seconds": round(time.perf_counter() - started, 3),
             "training_window": window,
+            # mean loss per window of steps (of this run's steps: a resumed run starts later)
+            "loss_curve": curve.points,
         }
         return {"bundle": "model"}, record
 
@@ -199,24 +215,27 @@ def psp_model(
     metadata = common_metadata(manifest, "bundle")
     metadata.update(
         {
-            "model_path": MetadataValue.path(str(manifest.output("bundle"))),
             "dim": MetadataValue.int(record["dim"]),
             "vocab_size": MetadataValue.int(record["vocab_size"]),
             "steps": MetadataValue.int(record["steps"]),
-            "epochs": MetadataValue.md(_history_markdown(history)),
+            "loss_curve": MetadataValue.md(_loss_pictures(record)),
+            "epochs": epochs_table(history),
             "final_loss": MetadataValue.float(
-                float(history[-1]["loss"] or 0.0) if history else 0.0
+                round(float(history[-1]["loss"] or 0.0), 4) if history else 0.0
             ),
             "pairs_per_second": MetadataValue.float(
-                float(history[-1]["pairs_per_second"] or 0.0) if history else 0.0
+                round(float(history[-1]["pairs_per_second"] or 0.0), 1) if history else 0.0
             ),
-            "seconds": MetadataValue.float(float(record["seconds"])),
-            "training_window": MetadataValue.json(record.get("training_window")),
-            "settings": MetadataValue.json(record["settings"]),
+            "seconds": MetadataValue.float(round(float(record["seconds"]), 1)),
+            "settings": settings_table(record["settings"]),
         }
     )
+    window = record.get("training_window")
+    if window:
+        metadata["training_started"] = MetadataValue.timestamp(float(window[0]))
+        metadata["training_ended"] = MetadataValue.timestamp(float(window[1]))
     if record.get("best_dev_score") is not None:
-        metadata["best_dev_score"] = MetadataValue.float(float(record["best_dev_score"]))
+        metadata["best_dev_score"] = MetadataValue.float(round(float(record["best_dev_score"]), 2))
         metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]))
     return MaterializeResult(
         metadata=metadata,

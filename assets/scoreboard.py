@@ -45,7 +45,7 @@ def evaluation_scoreboard(storage: StorageResource) -> MaterializeResult:
         metadata={
             "scoreboard": MetadataValue.md(table),
             "path": MetadataValue.path(str(directory / "scoreboard.md")),
-            "languages": MetadataValue.json(sorted(results)),
-            "not_evaluated": MetadataValue.json(not_evaluated),
+            "languages": MetadataValue.text(", ".join(sorted(results)) or "none yet"),
+            "not_evaluated": MetadataValue.text(", ".join(not_evaluated) or "none"),
         }
     )

@@ -19,7 +19,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import TrainingDataConfig
 from assets.languages import load_registry
-from assets.metadata import pipeline_funnel_markdown, report_metadata
+from assets.metadata import pipeline_funnel_table, report_metadata
 from assets.partitions import language_partitions
 from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
@@ -115,7 +115,7 @@ def training_data(
         for name in ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
     ]
     funnel += [("deduplicated_pairs", pairs.record), ("training_data", manifest.record)]
-    metadata["pipeline_funnel"] = MetadataValue.md(pipeline_funnel_markdown(funnel))
+    metadata["pipeline_funnel"] = pipeline_funnel_table(funnel)
     return MaterializeResult(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),

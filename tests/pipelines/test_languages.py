@@ -134,7 +134,8 @@ def test_the_registrys_rule_reaches_the_language_id_stage(
     (event,) = result.asset_materializations_for_node("langid_filtered_pairs")
     metadata = {key: value.value for key, value in event.metadata.items()}
     assert metadata["pairs_out"] == len(kept)
-    assert rule.items() <= metadata["rule_settings"].items()
+    settings = {r.data["name"]: r.data["value"] for r in metadata["rule_settings"].records}
+    assert {k: str(v) for k, v in rule.items()}.items() <= settings.items()
     assert metadata["rule"].startswith(rule["name"])
     output = tmp_path / "storage" / "de" / "langid_filtered_pairs" / "pairs.parquet"
     assert list(iter_pairs(output)) == [SHORT_EN_DE[i] for i in kept]
