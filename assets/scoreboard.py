@@ -7,7 +7,14 @@ without an evaluation yet are listed, not guessed.
 
 import json
 
-from dagster import AllPartitionMapping, AssetDep, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AllPartitionMapping,
+    AssetDep,
+    AutomationCondition,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 
 from assets.catalog import OWNERS, SCOREBOARD_GROUP
 from assets.languages import load_registry
@@ -16,12 +23,23 @@ from assets.stage import read_manifest
 from ops.text_io import atomic_path
 from psp_core.evaluation import scoreboard_markdown, scoreboard_rows
 
+#: a language's evaluation was materialized since the last tick, and nothing upstream or of
+#: the scoreboard itself is running
+SCOREBOARD_REFRESH = (
+    AutomationCondition.any_deps_updated()
+    & ~AutomationCondition.any_deps_in_progress()
+    & ~AutomationCondition.in_progress()
+).with_label("a language's evaluation is new")
+
 
 @asset(
     group_name=SCOREBOARD_GROUP,
     owners=OWNERS,
     deps=[AssetDep("model_evaluation", partition_mapping=AllPartitionMapping())],
     kinds={"markdown"},
+    # refreshed by itself once any language's evaluation is new (not eager(): that waits for
+    # every language's evaluation to exist, and most deployments evaluate a few)
+    automation_condition=SCOREBOARD_REFRESH,
 )
 def evaluation_scoreboard(storage: StorageResource) -> MaterializeResult:
     """One table across languages: STS, STS 2017, STS-B, Tatoeba (cosine / margin), speed."""

@@ -9,7 +9,14 @@ and the executor every job runs with (Dagster's default, plus failing dead runs:
 
 from __future__ import annotations
 
-from dagster import Definitions, load_asset_checks_from_modules, load_assets_from_modules
+from dagster import (
+    AssetSelection,
+    AutomationConditionSensorDefinition,
+    DefaultSensorStatus,
+    Definitions,
+    load_asset_checks_from_modules,
+    load_assets_from_modules,
+)
 
 from assets import (
     deduplicated,
@@ -42,12 +49,21 @@ ASSET_MODULES = [
     scoreboard,
 ]
 
+#: evaluates the scoreboard's automation condition (running from the start: the scoreboard
+#: refreshes after each language's evaluation without anyone turning it on)
+scoreboard_automation = AutomationConditionSensorDefinition(
+    "scoreboard_automation",
+    target=AssetSelection.assets("evaluation_scoreboard"),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+)
+
 defs = Definitions(
     assets=load_assets_from_modules(ASSET_MODULES),
     asset_checks=load_asset_checks_from_modules(ASSET_MODULES),
     jobs=JOBS,
     schedules=[weekly_retrain_schedule],
-    sensors=[new_bitext_sensor, dead_run_sensor],
+    sensors=[new_bitext_sensor, dead_run_sensor, scoreboard_automation],
     resources=default_resources(),
     executor=psp_executor,
 )
