@@ -85,7 +85,7 @@ class LossCurve:
     (when full, neighbouring windows merge and the window doubles): bounded memory for any
     number of steps, a curve fine enough to see the trend."""
 
-    def __init__(self, window: int = 10, max_points: int = 400) -> None:
+    def __init__(self, window: int = 1, max_points: int = 400) -> None:
         self.window, self.max_points = window, max_points
         self.points: list[tuple[int, float]] = []  # (last step of the window, mean loss)
         self._sum, self._count = 0.0, 0

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from dagster import DagsterInstance
 
 from assets.languages import load_registry
 from pipelines.definitions import defs
@@ -102,7 +103,13 @@ def dagster_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
             time.sleep(1)
         else:
             pytest.fail(f"dagster dev did not answer on {base} in {STARTUP_SECONDS}s")
-        yield {"base": base, "storage": tmp_path / "storage", "log": tmp_path / "dagster-dev.log"}
+        yield {
+            "base": base,
+            "storage": tmp_path / "storage",
+            "log": tmp_path / "dagster-dev.log",
+            "env": env,
+            "home": home,
+        }
     finally:
         _stop_group(process)
         log.close()
@@ -218,3 +225,59 @@ def test_materialize_one_language_partition_from_the_ui(dagster_ui: dict, browse
     browser.get(f"{base}/assets/raw_pairs?view=partitions")
     wait_for_text(browser, r"Materialized \(1\)")
     browser.save_screenshot(str(shots / "dagster-ui-partition-materialized.png"))
+
+
+def test_a_trained_language_shows_its_loss_picture_checks_and_progress(
+    dagster_ui: dict, browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """de trained with the quick profile (`dagster job execute` on the UI's instance): the
+    model's page shows the loss curve as a picture, the checks their descriptions, and the
+    run's log the training progress lines."""
+    base, shots = dagster_ui["base"], artifacts_dir()
+    command = [str(Path(sys.executable).with_name("dagster")), "job", "execute"]
+    command += ["-m", "pipelines.definitions", "-j", "psp_language_job"]
+    command += ["--tags", '{"dagster/partition": "de"}', "-c", str(ROOT / "configs" / "quick.yaml")]
+    done = subprocess.run(
+        command, cwd=ROOT, env=dagster_ui["env"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    browser.get(f"{base}/assets/psp_model?view=partitions&partition=de")
+    page = wait_for_text(browser, r"loss_curve", RUN_SECONDS)
+    dismiss_community_dialog(browser)
+    assert re.search(r"epochs\s+Show schema", page)  # the epochs table shows inline
+    browser.save_screenshot(str(shots / "dagster-ui-model-page.png"))
+    # the pictures: one click on the loss_curve row opens them
+    row = "//tr[td[normalize-space()='loss_curve']]"
+    browser.find_element(By.XPATH, f"{row}//*[contains(text(), 'Show Markdown')]").click()
+    pictures = WebDriverWait(browser, 30, poll_frequency=1).until(
+        lambda d: [
+            img
+            for img in d.find_elements(By.TAG_NAME, "img")
+            if (img.get_attribute("src") or "").startswith("data:image/svg+xml")
+            and d.execute_script("return arguments[0].naturalWidth", img) > 0
+        ]
+    )
+    assert pictures, "no rendered SVG picture on the psp_model page"
+    browser.save_screenshot(str(shots / "dagster-ui-loss-curve.png"))
+
+    browser.get(f"{base}/assets/psp_model?view=checks")
+    wait_for_text(browser, r"model_weights_finite", RUN_SECONDS)
+    browser.find_element(By.XPATH, "//*[normalize-space()='model_weights_finite']").click()
+    try:
+        text = wait_for_text(browser, r"Every weight is finite", 30)
+    finally:
+        browser.save_screenshot(str(shots / "dagster-ui-checks.png"))
+    assert "Blocking" in text
+
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_ui["home"]))  # its dagster.yaml reads it
+    with DagsterInstance.from_config(str(dagster_ui["home"])) as instance:
+        (run,) = [r for r in instance.get_runs() if r.job_name == "psp_language_job"]
+    browser.get(f"{base}/runs/{run.run_id}")
+    search = WebDriverWait(browser, RUN_SECONDS, poll_frequency=1).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "input[placeholder*='Filter']")
+    )
+    search[0].send_keys("eta epoch")
+    text = wait_for_text(browser, r"epoch 1/1 step \d+/\d+ megabatch \d+ loss", 30)
+    browser.save_screenshot(str(shots / "dagster-ui-progress.png"))
+    assert "pairs/s" in text
