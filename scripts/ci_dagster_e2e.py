@@ -99,7 +99,8 @@ for run in instance.get_runs():
     for event in instance.get_records_for_run(run.run_id).records:
         materialization = event.event_log_entry.asset_materialization
         if materialization and materialization.asset_key == AssetKey("psp_model"):
-            window = materialization.metadata["training_window"].value
+            metadata = materialization.metadata
+            window = [metadata["training_started"].value, metadata["training_ended"].value]
             windows[run.tags["dagster/partition"]] = window
 print(json.dumps(windows))
 """
