@@ -17,6 +17,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import StageConfig
 from assets.languages import load_registry
+from assets.log_bridge import logs_to_dagster
 from assets.metadata import corpora_table, pipeline_funnel_table, report_metadata
 from assets.partitions import language_partitions
 from assets.resources import ComputeResource, StorageResource
@@ -95,7 +96,8 @@ def deduplicated_pairs(
             record["segmentation"] = segmented
         return {"pairs": final.name}, record
 
-    manifest = stage.run(key, run, force=config.force)
+    with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
+        manifest = stage.run(key, run, force=config.force)
     record = manifest.record
     metadata = report_metadata(manifest, record, "pairs")
     funnel = [(name, stage.upstream(name).record) for name in FUNNEL_STAGES]

@@ -16,6 +16,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import StageConfig
 from assets.languages import load_registry
+from assets.log_bridge import logs_to_dagster
 from assets.metadata import report_metadata, settings_table
 from assets.partitions import language_partitions
 from assets.resources import StorageResource
@@ -65,7 +66,8 @@ def length_filtered_pairs(
         )
         return {"pairs": "pairs.parquet"}, report.as_dict()
 
-    manifest = stage.run(key, run, force=config.force)
+    with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
+        manifest = stage.run(key, run, force=config.force)
     metadata = report_metadata(manifest, manifest.record, "pairs")
     metadata["thresholds"] = settings_table(asdict(thresholds))
     n_out = manifest.record["n_out"]

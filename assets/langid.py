@@ -16,6 +16,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import LanguageIdConfig
 from assets.languages import load_registry
+from assets.log_bridge import logs_to_dagster
 from assets.metadata import report_metadata, settings_table
 from assets.partitions import language_partitions
 from assets.resources import ComputeResource, LanguageIdResource, StorageResource
@@ -82,7 +83,8 @@ def langid_filtered_pairs(
         )
         return {"pairs": "pairs.parquet"}, report.as_dict() | {"rule": asdict(rule)}
 
-    manifest = stage.run(key, run, force=config.force)
+    with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
+        manifest = stage.run(key, run, force=config.force)
     record = manifest.record
     rate = record["n_out"] / record["n_in"] if record["n_in"] else 0.0
     low, high = spec.filters.langid_pass_rate_min, spec.filters.langid_pass_rate_max

@@ -19,6 +19,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import TrainingDataConfig
 from assets.languages import load_registry
+from assets.log_bridge import logs_to_dagster
 from assets.metadata import pipeline_funnel_table, report_metadata
 from assets.partitions import language_partitions
 from assets.resources import ComputeResource, StorageResource
@@ -101,11 +102,13 @@ def training_data(
                 kind=spec.kind,
                 seed=config.seed,
                 workers=compute.worker_count(),
+                total=pairs.record["n_out"],
             )
         record = packed.as_dict()
         return {"data": "train.h5"}, record | {"shuffle": shuffle.as_dict(), "seed": config.seed}
 
-    manifest = stage.run(key, run, force=config.force)
+    with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
+        manifest = stage.run(key, run, force=config.force)
     n_pairs, empty = count_empty_sentences(manifest.output("data"))
     metadata = report_metadata(manifest, manifest.record, "data")
     metadata["n_pairs"] = MetadataValue.int(n_pairs)

@@ -30,6 +30,7 @@ from ops.pair_files import (
     iter_pair_batches,
     pair_file_info,
 )
+from ops.progress import Progress
 from ops.stage_report import StageReport
 from ops.uint64_table import EMPTY, MAX_LOAD, insert_distinct, nonzero_keys, splitmix64
 
@@ -145,12 +146,14 @@ def deduplicate(
     columns are passed through with their pair's first copy. Drop reason: ``duplicate``.
     """
     n_pairs, src_lang, tgt_lang, has_score = pair_file_info(input)
+    progress = Progress("dedup", n_pairs)
     with_corpus = has_corpus_column(input)
     seen = FingerprintSet(capacity=n_pairs / MAX_LOAD + 8)
     report = StageReport("deduplicate")
     with PairWriter.like(input, output) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
+            progress.update(batch.num_rows)
             src, tgt = lowercase(batch.column("src")), lowercase(batch.column("tgt"))
             is_new = seen.add(pair_fingerprints(src, tgt))
             columns = [src, tgt] + ([batch.column("score")] if has_score else [])

@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 
 from ops.ordered_pool import ordered_map
-from ops.pair_files import iter_pair_batches, pair_columns
+from ops.pair_files import iter_pair_batches, pair_columns, pair_file_info
+from ops.progress import Progress
 from ops.stage_report import StageReport
 from psp_core.csr import TokenBatch
 from psp_core.tokenizer import Tokenizer
@@ -176,6 +177,11 @@ def without_empty_pairs(
     return source.take(rows), target.take(rows)
 
 
+def _pair_count(pairs: PairSource) -> int | None:
+    """The number of pairs of a pair file; None for a stream of batches (unknown ahead)."""
+    return pair_file_info(pairs)[0] if isinstance(pairs, str | Path) else None
+
+
 def encode_and_pack(
     input: PairSource,
     tokenizer: Tokenizer,
@@ -186,6 +192,7 @@ def encode_and_pack(
     seed: int,
     batch_size: int = DEFAULT_ENCODE_BATCH,
     workers: int = 1,
+    total: int | None = None,
 ) -> StageReport:
     """Encode both sides of the (already shuffled) pairs ``input`` and write the training HDF5.
 
@@ -201,8 +208,11 @@ def encode_and_pack(
         batch_size: pairs encoded per sentencepiece call (memory is a few batches per worker).
         workers: processes encoding batches, each with a one-thread tokenizer; ``<= 1``: this
             process, with ``tokenizer.num_threads`` threads. The file is the same either way.
+        total: the number of pairs, for the progress lines' share and time left (read from
+            the file when ``input`` is a path).
     """
     report = StageReport("encode_and_pack")
+    progress = Progress("encode and pack", total if total is not None else _pair_count(input))
     # closing(): if writing fails, the workers stop now rather than when the generator is
     # garbage-collected
     batches = closing(encoded_batches(input, tokenizer, batch_size=batch_size, workers=workers))
@@ -212,6 +222,7 @@ def encode_and_pack(
     ):
         for source, target in encoded:
             report.n_in += len(source)
+            progress.update(len(source))
             source, target = without_empty_pairs(source, target, report)
             if len(source):
                 writer.append(source, target)

@@ -41,6 +41,7 @@ from ops.pair_files import (
     iter_pair_batches,
     pair_file_info,
 )
+from ops.progress import Progress
 from ops.stage_report import StageReport
 
 Kind = Literal["bitext", "paraphrase"]
@@ -160,7 +161,8 @@ def filter_pairs(
     """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
-    _, src_lang, tgt_lang, has_score = pair_file_info(input)
+    n_rows, src_lang, tgt_lang, has_score = pair_file_info(input)
+    progress = Progress(f"{kind} filters", n_rows)
     if kind == "paraphrase" and not has_score:
         raise ValueError(
             f"{input}: kind='paraphrase' filters on the paraphrase score, but the pair file "
@@ -171,6 +173,7 @@ def filter_pairs(
     with PairWriter.like(input, output) as writer:
         for batch in iter_pair_batches(input, batch_size):
             report.n_in += batch.num_rows
+            progress.update(batch.num_rows)
             dropped = np.zeros(batch.num_rows, dtype=bool)
             for reason, failed in verdicts(batch, config):
                 report.drop(reason, int((failed & ~dropped).sum()))

@@ -41,6 +41,7 @@ from ops.pair_files import (
     pair_columns,
     pair_file_info,
 )
+from ops.progress import Progress
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)
@@ -378,7 +379,8 @@ def filter_language(
     """
     if rule is not None and threshold is not None:
         raise ValueError("pass either rule= or threshold= (the threshold rule), not both")
-    _, src_lang, tgt_lang, has_score = pair_file_info(input)
+    n_rows, src_lang, tgt_lang, has_score = pair_file_info(input)
+    progress = Progress("language ID", n_rows)
     if not src_lang or not tgt_lang:
         raise ValueError(
             f"{input}: the pair file has no src_lang/tgt_lang metadata, so the expected "
@@ -414,6 +416,7 @@ def filter_language(
             initargs=(identifier, tuple((rules[s], expected[s]) for s in ("src", "tgt"))),
         ):
             report.n_in += batch.num_rows
+            progress.update(batch.num_rows)
             right, passes = {}, {}
             for side, (label_ids, probs, own) in zip(("src", "tgt"), predictions, strict=True):
                 right[side] = label_ids == wanted[side]

@@ -312,7 +312,10 @@ def test_the_quick_profile_vocabulary_trains_on_the_real_chinese_bitext(tmp_path
             (e.strip().lower(), z.strip()) for e, z, _ in zip(en, zh, range(5_000), strict=False)
         ]
     source = write_pair_file(tmp_path / "pairs.parquet", pairs, tgt_lang="zh")
-    segmented = segment_pairs(source, tmp_path / "segmented.parquet", cache_dir=tmp_path / "cache")
+    # in worker processes: this process's jieba (initialised once per process) stays untouched
+    segmented = segment_pairs(
+        source, tmp_path / "segmented.parquet", cache_dir=tmp_path / "cache", workers=2
+    )
     assert segmented.n_out == len(pairs)
     model = train_sentencepiece_from_pairs(
         tmp_path / "segmented.parquet", tmp_path / "spm.model", vocab_size=500, seed=1
