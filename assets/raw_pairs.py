@@ -28,6 +28,7 @@ from dagster import (
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import RawPairsConfig
 from assets.languages import LanguageSpec, load_registry
+from assets.log_bridge import logs_to_dagster
 from assets.metadata import report_metadata
 from assets.partitions import language_partitions
 from assets.resources import OpusResource, ParaNmtResource, StorageResource
@@ -209,7 +210,9 @@ def _materialize(
         }
         return {"pairs": "pairs.parquet"}, record
 
-    manifest = stage.run(key, compute, force=config.force)
+    # the download's progress (psp_core) and the reading's (ops) in the run's log
+    with logs_to_dagster(context.log), logs_to_dagster(context.log, "ops"):
+        manifest = stage.run(key, compute, force=config.force)
     record = manifest.record
     n_pairs = pair_file_info(manifest.output("pairs"))[0]
     metadata = report_metadata(manifest, record, "pairs")

@@ -247,8 +247,10 @@ def _fetch_once(session: requests.Session, url: str, partial: Path, timeout: flo
                 validator.unlink(missing_ok=True)
         try:
             with open(partial, mode) as out:
+                report = _ByteProgress(url, offset if mode == "ab" else 0, total)
                 for chunk in response.raw.stream(CHUNK_BYTES, decode_content=False):
                     out.write(chunk)
+                    report.update(len(chunk))
         except (
             urllib3.exceptions.HTTPError,
             requests.RequestException,
@@ -261,6 +263,43 @@ def _fetch_once(session: requests.Session, url: str, partial: Path, timeout: flo
         if size > total:
             partial.unlink()
         raise _Interrupted(f"received {size} of {total} bytes")
+
+
+#: a download reports its progress at least this often (seconds)
+PROGRESS_SECONDS = 30.0
+
+
+class _ByteProgress:
+    """Logs ``download <url>: received / total MB (share), MB/s, eta`` every
+    :data:`PROGRESS_SECONDS` while a transfer runs (the run's log shows it)."""
+
+    def __init__(self, url: str, start: int, total: int | None) -> None:
+        self.url, self.received, self.total = url, start, total
+        self.started = self.last = time.monotonic()
+        self.new = 0
+
+    def update(self, n: int) -> None:
+        self.received += n
+        self.new += n
+        now = time.monotonic()
+        if now - self.last < PROGRESS_SECONDS:
+            return
+        self.last = now
+        rate = self.new / max(now - self.started, 1e-9)
+        mb = 1 << 20
+        if self.total:
+            left = (self.total - self.received) / rate if rate else float("inf")
+            log.info(
+                "download %s: %.1f / %.1f MB (%.0f%%), %.1f MB/s, eta %.0f s",
+                self.url,
+                self.received / mb,
+                self.total / mb,
+                100.0 * self.received / self.total,
+                rate / mb,
+                left,
+            )
+        else:
+            log.info("download %s: %.1f MB, %.1f MB/s", self.url, self.received / mb, rate / mb)
 
 
 def _expected_total(

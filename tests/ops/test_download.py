@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 import threading
 import zipfile
 from pathlib import Path
@@ -230,3 +231,22 @@ def test_concurrent_downloads_of_one_file_take_turns(
     assert dest.read_bytes() == data
     assert opus_server.count("/slow.zip") == 1
     assert not partial_path(dest).exists()
+
+
+def test_a_download_logs_its_progress(
+    opus_server: OpusServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    """Every PROGRESS_SECONDS (30 s; 0 here, so every chunk) a line with MB received of the
+    total, the share, the rate and the time left."""
+    import psp_core.download
+
+    monkeypatch.setattr(psp_core.download, "PROGRESS_SECONDS", 0.0)
+    url = opus_server.add_file("/files/big.bin", random_bytes(3 << 20))
+    with caplog.at_level("INFO", logger="psp_core.download"):
+        download(url, tmp_path / "big.bin", **FAST)
+    lines = [r.getMessage() for r in caplog.records if "MB/s" in r.getMessage()]
+    assert lines, [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(
+        rf"download {re.escape(url)}: [\d.]+ / 3\.0 MB \(\d+%\), [\d.]+ MB/s, eta \d+ s", lines[0]
+    )
+    assert "3.0 / 3.0 MB (100%)" in lines[-1]
