@@ -9,19 +9,11 @@ import math
 import time
 from collections.abc import Callable
 
+from psp_core.training.progress import format_duration
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SECONDS = 30.0
-
-
-def _duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    minutes, secs = divmod(max(0, round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return (
-        f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-    )
 
 
 class Progress:
@@ -60,6 +52,6 @@ class Progress:
             left = (self.total - self.done) / rate if rate > 0 else math.inf
             return (
                 f"{self.stage}: {self.done:,} / {self.total:,} {self.unit} ({share:.0f}%), "
-                f"{rate:,.0f} {self.unit}/s, eta {_duration(left)}"
+                f"{rate:,.0f} {self.unit}/s, eta {format_duration(left)}"
             )
         return f"{self.stage}: {self.done:,} {self.unit}, {rate:,.0f} {self.unit}/s"

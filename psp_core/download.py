@@ -46,6 +46,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from psp_core.file_lock import exclusive_lock
+from psp_core.training.progress import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -290,13 +291,13 @@ class _ByteProgress:
         if self.total:
             left = (self.total - self.received) / rate if rate else float("inf")
             log.info(
-                "download %s: %.1f / %.1f MB (%.0f%%), %.1f MB/s, eta %.0f s",
+                "download %s: %.1f / %.1f MB (%.0f%%), %.1f MB/s, eta %s",
                 self.url,
                 self.received / mb,
                 self.total / mb,
                 100.0 * self.received / self.total,
                 rate / mb,
-                left,
+                format_duration(left),
             )
         else:
             log.info("download %s: %.1f MB, %.1f MB/s", self.url, self.received / mb, rate / mb)

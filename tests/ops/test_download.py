@@ -247,6 +247,6 @@ def test_a_download_logs_its_progress(
     lines = [r.getMessage() for r in caplog.records if "MB/s" in r.getMessage()]
     assert lines, [r.getMessage() for r in caplog.records]
     assert re.fullmatch(
-        rf"download {re.escape(url)}: [\d.]+ / 3\.0 MB \(\d+%\), [\d.]+ MB/s, eta \d+ s", lines[0]
+        rf"download {re.escape(url)}: [\d.]+ / 3\.0 MB \(\d+%\), [\d.]+ MB/s, eta \S+", lines[0]
     )
     assert "3.0 / 3.0 MB (100%)" in lines[-1]
