@@ -153,6 +153,16 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from psp_core.export import export_model
+
+    try:
+        output = export_model(args.model, args.format, args.output)
+    except ImportError as error:
+        raise CliError(str(error)) from error
+    print(f"exported {args.model} as {args.format} to {output}")
+
+
 def cmd_info(args: argparse.Namespace) -> None:
     model = load_model(args.model)  # verifies the recorded checksums, when there are any
     config = model.config
@@ -318,6 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="describe a model bundle")
     info.add_argument("model")
     info.set_defaults(handler=cmd_info)
+
+    export = commands.add_parser(
+        "export", help="write a bundle as a sentence-transformers or model2vec model folder"
+    )
+    export.add_argument("--model", required=True, help="model bundle directory")
+    export.add_argument("--format", required=True, choices=["sentence-transformers", "model2vec"])
+    export.add_argument("--output", required=True, help="folder to write (replaced if present)")
+    export.set_defaults(handler=cmd_export)
 
     evaluate = commands.add_parser(
         "evaluate", help="STS, STS 2017, STS Benchmark, Tatoeba and speed, beside the paper"

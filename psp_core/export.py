@@ -1,0 +1,292 @@
+"""Export a model bundle to sentence-transformers or model2vec.
+
+A P-SP model is a static embedding model (the mean of sentencepiece piece embeddings), which is
+what sentence-transformers' ``StaticEmbedding`` and model2vec's ``StaticModel`` compute. The
+sentencepiece model is rebuilt as a Hugging Face ``tokenizers`` tokenizer: a Unigram model with
+the same pieces and scores, sentencepiece's own normalization table (``precompiled_charsmap``,
+e.g. nmt_nfkc; NFKC when the model has none) after a Lowercase normalizer, and a Metaspace
+pre-tokenizer. Differences from :meth:`psp_core.model.PSPModel.embed`, which leave the cosine
+the same for all but a few sentences (``benchmarks/export_agreement.py`` measures how few):
+
+* psp_core drops unknown pieces. model2vec drops the unknown id too; sentence-transformers
+  cannot, so its unknown row is exported as zeros: the mean then has the same direction and a
+  smaller norm. A sentence of *only* unknown pieces gets the unknown row in psp_core and a zero
+  vector in both exports.
+* psp_core truncates to ``max_length`` pieces after dropping unknown pieces, the exports before
+  (the tokenizer's truncation); model2vec also cuts the text at ``max_length`` times the median
+  piece length in characters first. Only sentences longer than ``max_length`` pieces can differ.
+* Viterbi ties between segmentations of equal score may be broken differently.
+* The Lowercase normalizer lowercases character by character (no final-sigma rule).
+
+Bundles whose tokenization cannot be reproduced raise :class:`ExportError` naming the feature
+(a pre-tokenizer such as jieba, a non-Unigram sentencepiece model, byte fallback, ...).
+
+Needs the optional extra ``export`` (``pip install .[export]``): ``tokenizers``, and
+``sentence-transformers`` or ``model2vec`` for the format chosen.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from psp_core.bundle import load_bundle
+
+FORMATS = ("sentence-transformers", "model2vec")
+
+# sentencepiece_model.proto numbers (ModelProto, SentencePiece, TrainerSpec, NormalizerSpec)
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
+_UNIGRAM = 1
+_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+# Pieces that sentencepiece never matches in text get a name no pre-tokenized text can contain
+# (the Metaspace pre-tokenizer turns every space into "▁"), so the Unigram model cannot match them
+_UNMATCHABLE_SUFFIX = " (psp: not matched in text)"
+
+
+class ExportError(ValueError):
+    """A bundle cannot be exported (faithfully) to the requested format."""
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> dict[int, list[Any]]:
+    """Decode one protobuf message's fields: ``{number: [values]}`` (bytes for length-delimited,
+    int for varint, the raw 4 or 8 bytes for fixed-width). Enough for sentencepiece's model."""
+    result: dict[int, list[Any]] = {}
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+        elif wire == 1:
+            value, pos = data[pos : pos + 8], pos + 8
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            value, pos = data[pos : pos + length], pos + length
+        elif wire == 5:
+            value, pos = data[pos : pos + 4], pos + 4
+        else:
+            raise ExportError(f"sentencepiece model: unsupported protobuf wire type {wire}")
+        result.setdefault(number, []).append(value)
+    return result
+
+
+@dataclass
+class SentencePieceSpec:
+    """What the export needs from a serialized sentencepiece model."""
+
+    pieces: list[tuple[str, float, int]]  # (piece, score, type)
+    model_type: int = _UNIGRAM
+    byte_fallback: bool = False
+    treat_whitespace_as_suffix: bool = False
+    split_digits: bool = False
+    precompiled_charsmap: bytes = b""
+    normalizer_name: str = ""
+    add_dummy_prefix: bool = True
+    remove_extra_whitespaces: bool = True
+    escape_whitespaces: bool = True
+    unk_id: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, proto: bytes) -> SentencePieceSpec:
+        try:
+            model = _fields(proto)
+            pieces = []
+            for raw in model.get(1, []):
+                piece = _fields(raw)
+                score = struct.unpack("<f", piece[2][-1])[0] if 2 in piece else 0.0
+                pieces.append((piece[1][-1].decode("utf-8"), score, piece.get(3, [_NORMAL])[-1]))
+            trainer = _fields(model[2][-1]) if 2 in model else {}
+            normalizer = _fields(model[3][-1]) if 3 in model else {}
+        except (IndexError, KeyError, UnicodeDecodeError, struct.error) as error:
+            raise ExportError(f"cannot read the sentencepiece model ({error!r})") from error
+
+        def flag(message: dict[int, list[Any]], number: int, default: bool) -> bool:
+            return bool(message[number][-1]) if number in message else default
+
+        return cls(
+            pieces=pieces,
+            model_type=trainer.get(3, [_UNIGRAM])[-1],
+            byte_fallback=flag(trainer, 35, False),
+            treat_whitespace_as_suffix=flag(trainer, 24, False),
+            split_digits=flag(trainer, 25, False),
+            precompiled_charsmap=normalizer.get(2, [b""])[-1],
+            normalizer_name=normalizer.get(1, [b""])[-1].decode("utf-8", "replace"),
+            add_dummy_prefix=flag(normalizer, 3, True),
+            remove_extra_whitespaces=flag(normalizer, 4, True),
+            escape_whitespaces=flag(normalizer, 5, True),
+            unk_id=next((i for i, p in enumerate(pieces) if p[2] == _UNKNOWN), 0),
+        )
+
+
+def _unsupported(spec: SentencePieceSpec, pretokenizer: str) -> list[str]:
+    """The features of a bundle that the exported tokenizer cannot reproduce."""
+    problems = []
+    if pretokenizer != "none":
+        problems.append(
+            f"pre-tokenizer {pretokenizer!r} (e.g. jieba word segmentation for Chinese) runs in "
+            "Python before sentencepiece and has no Hugging Face tokenizers equivalent"
+        )
+    if spec.model_type != _UNIGRAM:
+        kind = _MODEL_TYPES.get(spec.model_type, str(spec.model_type))
+        problems.append(f"sentencepiece model type {kind!r} (only unigram is converted)")
+    if spec.byte_fallback:
+        problems.append("sentencepiece byte_fallback")
+    if spec.treat_whitespace_as_suffix:
+        problems.append("sentencepiece treat_whitespace_as_suffix")
+    if not spec.escape_whitespaces:
+        problems.append("sentencepiece escape_whitespaces=false")
+    if not spec.remove_extra_whitespaces:
+        problems.append("sentencepiece remove_extra_whitespaces=false")
+    if any(kind == _USER_DEFINED for _, _, kind in spec.pieces):
+        problems.append("sentencepiece user-defined pieces (matched before Viterbi)")
+    if not any(kind == _UNKNOWN for _, _, kind in spec.pieces):
+        problems.append("a sentencepiece model without an unknown piece")
+    return problems
+
+
+def build_tokenizer(spm_proto: bytes, *, lowercase: bool = True, max_length: int = 100):
+    """A ``tokenizers.Tokenizer`` that segments like psp_core's :class:`~psp_core.tokenizer.
+    Tokenizer` (without a pre-tokenizer); raises :class:`ExportError` when it cannot."""
+    tokenizers = _require("tokenizers")
+    from tokenizers import Regex, normalizers, pre_tokenizers
+    from tokenizers.models import Unigram
+
+    spec = SentencePieceSpec.parse(spm_proto)
+    problems = _unsupported(spec, "none")
+    if problems:
+        raise ExportError("cannot export: " + "; ".join(problems))
+    vocab = [
+        (piece if kind in (_NORMAL,) else piece + _UNMATCHABLE_SUFFIX, score)
+        for piece, score, kind in spec.pieces
+    ]
+    tokenizer = tokenizers.Tokenizer(Unigram(vocab, unk_id=spec.unk_id, byte_fallback=False))
+    steps = [normalizers.Lowercase()] if lowercase else []
+    if spec.precompiled_charsmap:
+        steps.append(normalizers.Precompiled(spec.precompiled_charsmap))
+    elif spec.normalizer_name not in ("identity", ""):
+        steps.append(normalizers.NFKC())
+    # sentencepiece's remove_extra_whitespaces: no leading or trailing spaces, runs of one
+    steps += [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    # one Viterbi pass over the whole sentence, as sentencepiece does (split=True would run one
+    # per word, which breaks ties differently)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme="always" if spec.add_dummy_prefix else "never", split=False
+    )
+    if max_length > 0:
+        tokenizer.enable_truncation(max_length)
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def _require(module: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(
+            f"exporting needs the {module!r} package ({error}); install the optional extra "
+            "`export`: pip install 'psp-pipeline[export]'"
+        ) from error
+
+
+def export_model(bundle_dir: str | Path, format: str, output: str | Path) -> Path:
+    """Write the bundle at ``bundle_dir`` as a ``format`` model folder at ``output``.
+
+    ``format`` is ``"sentence-transformers"`` (``SentenceTransformer(output)`` loads it) or
+    ``"model2vec"`` (``StaticModel.from_pretrained(output)`` loads it). ``output`` is replaced
+    if it exists. Returns ``output``.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown export format {format!r}; expected one of {list(FORMATS)}")
+    config, spm_proto, embeddings = load_bundle(bundle_dir)
+    spec = SentencePieceSpec.parse(spm_proto)
+    problems = _unsupported(spec, config.pretokenizer)
+    if problems:
+        raise ExportError(
+            f"cannot export {bundle_dir} to {format}: its tokenization cannot be reproduced by a "
+            "Hugging Face tokenizer: " + "; ".join(problems)
+        )
+    tokenizer = build_tokenizer(spm_proto, lowercase=config.lowercase, max_length=config.max_length)
+    weights = np.array(embeddings, dtype=np.float32, copy=True)
+    output = Path(output)
+    tmp = output.with_name(output.name + ".tmp-export")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if format == "sentence-transformers":
+        _write_sentence_transformers(tmp, tokenizer, weights, spec.unk_id)
+    else:
+        _write_model2vec(tmp, tokenizer, weights, config.max_length, config.languages)
+    (tmp / "psp_export.json").write_text(
+        json.dumps(
+            {
+                "format": format,
+                "source_bundle": str(Path(bundle_dir).resolve()),
+                "spm_sha256": config.spm_sha256,
+                "dim": config.dim,
+                "vocab_size": config.vocab_size,
+                "lowercase": config.lowercase,
+                "max_length": config.max_length,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    if output.exists():
+        shutil.rmtree(output)
+    tmp.rename(output)
+    return output
+
+
+def _write_sentence_transformers(path: Path, tokenizer, weights: np.ndarray, unk_id: int) -> None:
+    _require("sentence_transformers")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import StaticEmbedding
+
+    # EmbeddingBag averages every id, the unknown one included: a zero row keeps the direction
+    # of psp_core's mean over the known pieces (only the norm shrinks)
+    weights[unk_id] = 0.0
+    module = StaticEmbedding(tokenizer, embedding_weights=torch.from_numpy(weights))
+    SentenceTransformer(modules=[module], device="cpu").save(str(path))
+
+
+def _write_model2vec(
+    path: Path, tokenizer, weights: np.ndarray, max_length: int, languages: list[str]
+) -> None:
+    _require("model2vec")
+    from model2vec import StaticModel
+
+    # model2vec drops the unknown id itself, so the table is exported unchanged
+    model = StaticModel(
+        weights,
+        tokenizer,
+        config={"model_type": "model2vec", "architectures": ["StaticModel"], "hidden_dim": 0},
+        normalize=False,
+        language=languages or None,
+        max_length=max_length if max_length > 0 else None,
+    )
+    model.config["hidden_dim"] = int(weights.shape[1])
+    model.save_pretrained(path)
