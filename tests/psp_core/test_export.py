@@ -45,6 +45,7 @@ def sentences(toy) -> list[str]:
         " ".join(words[i % len(words)] for i in range(200)),  # far over 100 pieces
         " ".join(words[i % len(words)].upper() for i in range(37, 400)),
         "ｆｕｌｌｗｉｄｔｈ " + words[9],  # NFKC folds these
+        f"<s> {words[10]} </s> <unk> {words[11]}",  # control pieces are never matched in text
         " ".join("abcdefghij"[i % 10] for i in range(170)),  # over 100 pieces in 340 characters
     ]
     return result
@@ -149,6 +150,25 @@ def test_chinese_jieba_bundle_is_refused_naming_the_pretokenizer(tmp_path, model
         with pytest.raises(ExportError, match="pre-tokenizer 'jieba'"):
             export_model(bundle, format, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_bpe_sentencepiece_model_is_refused_naming_the_model_type(tmp_path, toy):
+    _skip_without("tokenizers")
+    import io
+
+    import sentencepiece as spm
+
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([s.lower() for pair in toy.pairs(500) for s in pair]),
+        model_writer=proto,
+        vocab_size=200,
+        model_type="bpe",
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    with pytest.raises(ExportError, match="sentencepiece model type 'bpe'"):
+        build_tokenizer(proto.getvalue())
 
 
 def test_unknown_format_is_refused(tmp_path, bundle):
