@@ -40,12 +40,7 @@ def ordered_map(
         for item in items:
             yield item, function(payload(item))
         return
-    # fork where the platform has it: workers start at once and need no importable __main__
-    # (spawn re-imports the caller's script). The pool forks when it is created, before the
-    # first item is read, while the caller's other threads (Arrow's, a background writer) are
-    # idle; workers use Arrow only on the arrays they are sent, with single-threaded kernels
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    context = _pool_context(function)
     with context.Pool(workers, initializer=_start_worker, initargs=(initializer, initargs)) as pool:
         pending: deque = deque()
         for item in items:
@@ -58,14 +53,33 @@ def ordered_map(
             yield done, result.get()
 
 
+def _pool_context(function: Callable[..., Any]) -> multiprocessing.context.BaseContext:
+    """Workers come from a fork server where the platform has one, else they are spawned.
+
+    Not plain ``fork``: the caller is multi-threaded (Arrow's pools, a background writer,
+    Dagster's threads), and a child forked while another thread holds a lock (malloc's, the
+    logging module's, an import lock) waits on it for ever: a pool worker once hung that way
+    on a futex right after the fork. The fork server is a fresh single-threaded process;
+    it imports ``function``'s module once (when this process starts its server) so that each
+    worker forks with it already imported, instead of importing it itself.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # takes effect only before this process's fork server starts; later pools whose
+    # function lives elsewhere have their workers import its module themselves
+    context.set_forkserver_preload([function.__module__])
+    return context
+
+
 def _start_worker(initializer: Callable[..., None] | None, initargs: tuple) -> None:
     """Give a worker the default SIGTERM, then run the caller's initializer.
 
     Leaving the pool's ``with`` block terminates it, and a worker still waiting for a task
     may then be blocked on the task queue's lock, which the terminating parent holds: only
-    SIGTERM ends it. A forked worker inherits the parent's Python signal handlers, and a
-    handler that records the signal instead of exiting (Dagster's interrupt capture, for one)
-    would leave that worker, and so the parent's join, waiting forever.
+    SIGTERM ends it. A worker that inherited a Python handler that records the signal instead
+    of exiting (Dagster's interrupt capture, for one) would leave that worker, and so the
+    parent's join, waiting forever.
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if initializer is not None:

@@ -7,13 +7,46 @@ The public surface::
     model = load_model("models/de")
     vectors = model.embed(["Hallo Welt", "hello world"], normalize=True)
     similarities = model.score([("a cat sits", "a cat is sitting")])
+
+The names below are imported on first use (PEP 562), so that ``import psp_core.tokenizer``
+(what the preparation stages' worker processes need) does not pay for importing torch.
 """
 
-from psp_core.bundle import BundleConfig, BundleError
-from psp_core.model import PSPModel, load_model
-from psp_core.tokenizer import Tokenizer
-from psp_core.training import NonFiniteLossError, TrainConfig, TrainResult, train
-from psp_core.training_file import TrainingFile, TrainingFileWriter
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from psp_core.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from psp_core.bundle import BundleConfig, BundleError
+    from psp_core.model import PSPModel, load_model
+    from psp_core.tokenizer import Tokenizer
+    from psp_core.training import (
+        NonFiniteLossError,
+        TrainConfig,
+        TrainResult,
+        train,
+    )
+    from psp_core.training_file import (
+        TrainingFile,
+        TrainingFileWriter,
+    )
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "BundleConfig": "psp_core.bundle",
+    "BundleError": "psp_core.bundle",
+    "NonFiniteLossError": "psp_core.training",
+    "PSPModel": "psp_core.model",
+    "Tokenizer": "psp_core.tokenizer",
+    "TrainConfig": "psp_core.training",
+    "TrainResult": "psp_core.training",
+    "TrainingFile": "psp_core.training_file",
+    "TrainingFileWriter": "psp_core.training_file",
+    "load_model": "psp_core.model",
+    "train": "psp_core.training",
+}
 
 __all__ = [
     "BundleConfig",
@@ -28,3 +61,4 @@ __all__ = [
     "load_model",
     "train",
 ]
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

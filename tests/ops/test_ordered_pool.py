@@ -1,5 +1,6 @@
 import os
 import signal
+import threading
 
 from ops.ordered_pool import ordered_map
 
@@ -28,3 +29,36 @@ def test_workers_get_the_default_sigterm_even_when_the_parent_catches_it() -> No
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert [default for _, default in results] == [True] * 8
+
+
+# held by another thread of the parent while the pool starts (see the test below)
+_parent_lock = threading.Lock()
+
+
+def _lock_is_free(_: int) -> bool:
+    acquired = _parent_lock.acquire(timeout=2)
+    if acquired:
+        _parent_lock.release()
+    return acquired
+
+
+def test_a_lock_held_by_another_parent_thread_does_not_reach_the_workers() -> None:
+    # a process forked from a multi-threaded parent inherits the locks other threads hold, and
+    # waits on them for ever (a worker once hung on a futex right after the fork): workers must
+    # start from a clean process, whatever the parent's threads are doing
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with _parent_lock:
+            holding.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    try:
+        results = list(ordered_map(_lock_is_free, range(4), payload=lambda x: x, workers=2))
+    finally:
+        release.set()
+        holder.join()
+    assert [free for _, free in results] == [True] * 4

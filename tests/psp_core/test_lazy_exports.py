@@ -1,0 +1,30 @@
+import subprocess
+import sys
+
+import pytest
+
+import psp_core
+import psp_core.training
+
+
+@pytest.mark.parametrize("package", [psp_core, psp_core.training])
+def test_every_public_name_resolves_and_is_listed(package) -> None:
+    assert sorted(package.__all__) == sorted(package._EXPORTS)
+    for name in package.__all__:
+        value = getattr(package, name)
+        assert value.__name__ == name
+        assert name in dir(package)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        package.no_such_name  # noqa: B018
+
+
+def test_the_preparation_workers_modules_do_not_import_torch() -> None:
+    # worker processes of language ID, segmentation and encoding import these; torch would
+    # cost each of them ~1.5 s and ~250 MB
+    code = (
+        "import sys, ops.langid, ops.encoding, ops.segmentation, psp_core.tokenizer; "
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
