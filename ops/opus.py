@@ -29,7 +29,7 @@ import requests
 from ops.moses_zip import read_moses_zip_batches
 from ops.pair_files import PairWriter
 from ops.stage_report import StageReport
-from psp_core.download import DownloadError, download, retrying_session
+from psp_core.download import DownloadError, cached_file, download, retrying_session
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def fetch_opus_zip(
     pair = "-".join(sorted(("en", corpus.opus_code(lang))))
     if corpus.version != "latest":
         cached = cache_dir / "opus" / corpus.name / corpus.version / f"{pair}.txt.zip"
-        if cached.is_file():
+        if cached_file(cached):
             log.info("%s: using cached %s", corpus.describe(lang), cached)
             return cached
     session = session or retrying_session(retries, backoff)

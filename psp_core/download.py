@@ -45,7 +45,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from psp_core.file_lock import exclusive_lock
+from psp_core.file_lock import exclusive_lock, remove_stale_lock
 from psp_core.training.progress import format_duration
 
 log = logging.getLogger(__name__)
@@ -161,18 +161,33 @@ def download(
             that fails verification (its partial is deleted).
     """
     dest = Path(dest)
-    if dest.is_file():
+    if cached_file(dest):
         log.info("cache hit, not downloading: %s", dest)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(
-        dest.with_name(f".{dest.name}.lock"),
+        lock_path(dest),
         on_wait=lambda: log.info("another process is downloading %s; waiting for it", dest),
     ):
         if dest.is_file():  # another process finished it while this one waited
             log.info("downloaded meanwhile by another process: %s", dest)
             return dest
         return _download_locked(url, dest, session, retries, backoff, timeout, verify)
+
+
+def lock_path(dest: Path) -> Path:
+    """The advisory lock file of a download to ``dest``."""
+    return dest.with_name(f".{dest.name}.lock")
+
+
+def cached_file(dest: str | Path) -> bool:
+    """Whether ``dest`` is downloaded; a lock file left beside it by a process killed between
+    its rename and its clean-up is removed (unless someone holds it)."""
+    dest = Path(dest)
+    if not dest.is_file():
+        return False
+    remove_stale_lock(lock_path(dest))
+    return True
 
 
 def _download_locked(

@@ -43,3 +43,27 @@ def exclusive_lock(path: str | Path, on_wait: Callable[[], None] | None = None) 
     finally:
         path.unlink(missing_ok=True)
         handle.close()
+
+
+def remove_stale_lock(path: str | Path) -> bool:
+    """Remove the lock file ``path`` if nobody holds it (a holder killed after finishing its
+    work but before removing the file leaves one behind); True when it was removed."""
+    path = Path(path)
+    try:
+        handle = open(path)  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # held: its holder removes it
+        try:
+            same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            return False
+        if same:
+            path.unlink(missing_ok=True)
+        return same
+    finally:
+        handle.close()

@@ -5,6 +5,7 @@ Every test talks to a real loopback HTTP server (tests/ops/opus_server.py) throu
 
 from __future__ import annotations
 
+import fcntl
 import io
 import random
 import re
@@ -17,6 +18,7 @@ import pytest
 from psp_core.download import (
     DownloadError,
     download,
+    lock_path,
     partial_path,
     verify_zip,
     verify_zip_full,
@@ -48,6 +50,26 @@ def test_download_streams_to_cache_and_cache_hit_makes_no_request(
     assert opus_server.count() == 1
     assert download(url, dest, **FAST) == dest
     assert opus_server.count() == 1 and opus_server.count(method="HEAD") == 0
+
+
+def test_a_lock_left_by_a_process_killed_after_its_download_is_removed_on_the_cache_hit(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    # killed between renaming the finished file and removing its lock file: the next run
+    # finds the file in the cache and must not leave the lock file there for ever
+    url = opus_server.add_file("/files/blob.bin", random_bytes(1000))
+    dest = tmp_path / "cache" / "blob.bin"
+    download(url, dest, **FAST)
+    lock = lock_path(dest)
+    lock.touch()
+    assert download(url, dest, **FAST) == dest
+    assert not lock.exists() and opus_server.count() == 1
+    # a lock somebody holds stays (its holder removes it)
+    lock.touch()
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert download(url, dest, **FAST) == dest
+        assert lock.exists()
 
 
 @pytest.mark.parametrize(
