@@ -2,9 +2,10 @@
 #   make run    create .venv if needed, then run the Dagster language job (train + evaluate)
 #   make test   create .venv if needed, then run the test suite
 #
-# make run's knobs: PARTITION (language, default de), PROFILE (run config, default the demo
-# profile; PROFILE= for the paper's settings), REGISTRY (language registry, default the offline
-# one reading ../shared/data; assets/languages.toml downloads from OPUS / ParaNMT).
+# make run's knobs: PARTITION (language, default de), PROFILE (smoke, demo or paper; default
+# demo), CONFIG (a run config file with more settings, optional), REGISTRY (language registry,
+# default the offline one reading ../shared/data; assets/languages.toml downloads from OPUS /
+# ParaNMT). make ui takes PROFILE and REGISTRY too: PROFILE is the launchpad's default.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -26,7 +27,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 PARTITION ?= de
-PROFILE ?= configs/demo.yaml
+PROFILE ?= demo
+CONFIG ?=
 REGISTRY ?= configs/languages-shared-data.toml
 SHARED_DATA ?= $(abspath ../shared/data)
 DAGSTER_HOME ?= $(CURDIR)/.dagster_home
@@ -36,9 +38,9 @@ export PSP_PARANMT_URL ?= $(SHARED_DATA)/paraphrase/paranmt-format-sample.txt.gz
 
 run: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp configs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) $(VENV)/bin/dagster job execute \
-		-m pipelines.definitions -j psp_language_job \
-		--tags '{"dagster/partition": "$(PARTITION)"}' $(if $(PROFILE),-c $(PROFILE))
+	DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) PSP_PROFILE=$(PROFILE) \
+		$(VENV)/bin/dagster job execute -m pipelines.definitions -j psp_language_job \
+		--tags '{"dagster/partition": "$(PARTITION)"}' $(if $(CONFIG),-c $(CONFIG))
 	@echo "model: $(PSP_STORAGE_ROOT)/$(PARTITION)/psp_model/model"
 	@cat $(PSP_STORAGE_ROOT)/$(PARTITION)/model_evaluation/results.md
 
@@ -50,7 +52,7 @@ UI_PORT ?= 3000
 ui: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp configs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 	@echo "dagster dev on http://$(UI_HOST):$(UI_PORT) (DAGSTER_HOME=$(DAGSTER_HOME))"
-	@DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) \
+	@DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) PSP_PROFILE=$(PROFILE) \
 		PYTHONWARNINGS='ignore:Function `dev_command` is superseded' \
 		$(VENV)/bin/dagster dev -h $(UI_HOST) -p $(UI_PORT)
 

@@ -1,8 +1,9 @@
 """Typed run configuration: what a user may tune per run, per stage (``ops: {asset: {config}}``).
 
-Every field left unset (None) takes the language registry's value, which defaults to the
-paper's. ``force: true`` recomputes a stage even when its inputs and settings are unchanged.
-See ``configs/quick.yaml`` for a quick profile (small vocabulary, small model, one epoch).
+Every field left unset (None) takes the run's profile's value (``resources: profile: config:
+name: smoke|demo|paper``, see :mod:`assets.profiles`), else the language registry's, which
+defaults to the paper's. ``force: true`` recomputes a stage even when its inputs and settings
+are unchanged.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ class LanguageIdConfig(StageConfig):
 
 
 class SentencepieceConfig(StageConfig):
-    vocab_size: int | None = Field(default=None, description="Paper: 50,000.")
+    vocab_size: int | None = Field(
+        default=None,
+        description="Pieces in the vocabulary (null: the profile's, smoke 500, demo 20,000, "
+        "paper 50,000). Raised, with a warning, when the script needs more characters.",
+    )
     input_sentence_size: int | None = Field(
         default=None, description="Sentences sampled for training (reference code: 10,000,000)."
     )
@@ -46,28 +51,44 @@ class TrainingDataConfig(StageConfig):
 
 
 class TrainingConfig(StageConfig):
-    dim: int | None = Field(default=None, description="Embedding dimension (paper: 1024).")
-    epochs: int | None = Field(default=None, description="Passes over the data (paper: 25).")
+    dim: int | None = Field(
+        default=None,
+        description="Embedding dimension (null: the profile's; paper and demo 1024, smoke 32).",
+    )
+    epochs: int | None = Field(
+        default=None,
+        description="Passes over the data (null: the profile's; paper 25, demo and smoke 1).",
+    )
     batch_size: int | None = Field(
-        default=None, description="Pairs per mini-batch (paper: 128; null: the registry's)."
+        default=None,
+        description="Pairs per mini-batch (null: the profile's, smoke 32, else the registry's; "
+        "paper 128).",
     )
     max_megabatch: int | None = Field(
         default=None,
         description="Largest mega-batch, in mini-batches, that hard negatives are mined from "
-        "(paper: 100 for ParaNMT, 60 or 100 for bitext).",
+        "(null: the profile's, smoke 4, else the registry's; paper: 100 for ParaNMT, 60 or 100 "
+        "for bitext).",
     )
     anneal_every: int | None = Field(
         default=None,
         description="The mega-batch grows by one mini-batch every this many steps, from 1 "
-        "(paper: 150); 0 starts at max_megabatch.",
+        "(null: the profile's, smoke 0, else the registry's; paper 150); 0 starts at "
+        "max_megabatch.",
     )
     dropout: float | None = Field(
         default=None, description="Dropout on piece embeddings (paper tunes 0, 0.1, 0.3)."
     )
     lr: float | None = Field(
         default=None,
-        description="Adam learning rate (paper: 0.001; the demo profile uses 0.05 for its "
-        "single epoch).",
+        description="Adam learning rate (null: the profile's; paper 0.001, demo 0.05 for its "
+        "single epoch, smoke 0.01).",
+    )
+    matryoshka_dims: list[int] | None = Field(
+        default=None,
+        description="Train nested prefixes of the vector to work alone (Matryoshka): the loss "
+        "summed over these dimensions and the full one, e.g. [512, 256, 128, 64]; `psp embed "
+        "--dim 256` then truncates. Null: the paper's loss.",
     )
     max_steps: int | None = Field(default=None, description="Stop after this many mini-batches.")
     dev_sts: str | None = Field(
@@ -76,10 +97,20 @@ class TrainingConfig(StageConfig):
         "selection; the best epoch is kept. Null, or a missing file, disables it.",
     )
 
+    exports: list[str] = Field(
+        default_factory=list,
+        description="Also write the model in these formats (sentence-transformers, model2vec) "
+        "under psp_model/exports/<format>/, each with the model card; needs the `export` "
+        "extra (pip install -e '.[export]').",
+    )
+
     def overrides(self) -> dict:
         names = ("dim", "epochs", "batch_size", "max_megabatch", "anneal_every")
         names += ("dropout", "lr", "max_steps")
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        chosen = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if self.matryoshka_dims is not None:
+            chosen["matryoshka_dims"] = tuple(self.matryoshka_dims)
+        return chosen
 
 
 class EvaluationConfig(StageConfig):
@@ -95,7 +126,8 @@ class EvaluationConfig(StageConfig):
     tatoeba_languages: list[str] | None = Field(
         default=None, description="LASER codes (deu, fra, ...); null: the language's own."
     )
-    speed_repeats: int = Field(
-        default=3,
-        description="Repeats of the embedding-speed measurement; the median is reported.",
+    speed_repeats: int | None = Field(
+        default=None,
+        description="Repeats of the embedding-speed measurement; the median is reported "
+        "(null: the profile's; paper 3, demo and smoke 1).",
     )

@@ -12,9 +12,12 @@ from dagster import AssetExecutionContext, DataVersion, MaterializeResult, Metad
 
 from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import EvaluationConfig, TrainingConfig
+from assets.evaluation_tables import evaluation_tables
 from assets.languages import load_registry
 from assets.metadata import common_metadata, settings_table
+from assets.model_cards import card_facts, refresh_model_card
 from assets.partitions import language_partitions
+from assets.profiles import ProfileResource
 from assets.resources import EvaluationDataResource, StorageResource
 from assets.stage import Manifest, Stage, fingerprint
 from psp_core import load_model
@@ -22,6 +25,8 @@ from psp_core.evaluation import evaluate_model, plan_for_language
 from psp_core.evaluation.results import PAPER_STS_MEAN
 
 CODE_VERSION = "3"
+#: the paper profile's repeats of the speed measurement (the median is reported)
+PAPER_SPEED_REPEATS = 3
 
 
 def tree_signature(directory: Path) -> str:
@@ -66,6 +71,7 @@ def model_evaluation(
     config: EvaluationConfig,
     storage: StorageResource,
     eval_data: EvaluationDataResource,
+    profile: ProfileResource,
 ) -> MaterializeResult:
     """Evaluate the language's model on the evaluation data directory: by default the paper's
     suites for the language (``psp_core.evaluation.plan_for_language``)."""
@@ -82,6 +88,8 @@ def model_evaluation(
         if config.tatoeba_languages is not None
         else list(plan.tatoeba_languages)
     )
+    speed_repeats = profile.settings("model_evaluation", {"speed_repeats": config.speed_repeats})
+    speed_repeats = speed_repeats.get("speed_repeats", PAPER_SPEED_REPEATS)
     key = fingerprint(
         stage=stage.name,
         code=CODE_VERSION,
@@ -91,6 +99,7 @@ def model_evaluation(
         sts17_tracks=tracks,
         tatoeba=tatoeba,
         dev_sts=dev_sts,
+        speed_repeats=speed_repeats,
     )
 
     def run() -> tuple[dict, dict]:
@@ -100,7 +109,7 @@ def model_evaluation(
             suites,
             tatoeba_languages=tatoeba,
             sts17_tracks=tracks,
-            speed_repeats=config.speed_repeats,
+            speed_repeats=speed_repeats,
             model_name=f"psp-{spec.code}",
             dev_sts=dev_sts,
         )
@@ -117,9 +126,14 @@ def model_evaluation(
         }
 
     manifest = stage.run(key, run, force=config.force)
+    # the model card (bundle and exports) gets the evaluation's tables
+    markdown = manifest.output("markdown").read_text()
+    refresh_model_card(model, card_facts(stage, spec.code, model.record, markdown))
     record = manifest.record
     metadata = common_metadata(manifest, "json")
-    metadata["results"] = MetadataValue.md(manifest.output("markdown").read_text())
+    # one table per suite, inline; the whole markdown report (with notes) one click away
+    metadata.update(evaluation_tables(json.loads(manifest.output("json").read_text())))
+    metadata["results"] = MetadataValue.md(markdown)
     metadata["missing"] = MetadataValue.text(", ".join(record["missing"]) or "nothing")
     metadata["dev_sts"] = MetadataValue.text(record["dev_sts"] or "none (no model selection)")
     if record["sts_mean"]:

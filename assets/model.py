@@ -14,6 +14,7 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     DataVersion,
+    Failure,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -24,15 +25,18 @@ from assets.config import TrainingConfig
 from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
+from assets.model_cards import card_facts, refresh_model_card, write_exports
 from assets.orphan_guard import stop_when_orphaned
 from assets.partitions import language_partitions
-from assets.plots import LossCurve, line_chart_svg, svg_markdown
+from assets.plots import LossCurve, chart_markdown
+from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.slots import machine_slot
 from assets.stage import Stage, fingerprint
 from psp_core import train
 from psp_core.bundle import BundleError, load_bundle
 from psp_core.evaluation import StsEvaluator
+from psp_core.export import FORMATS as EXPORT_FORMATS
 from psp_core.tokenizer import sha256_file
 from psp_core.training import CheckpointMismatchError, TrainConfig
 
@@ -43,25 +47,24 @@ FINITE_CHECK = "model_weights_finite"
 _NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "log_seconds", "checkpoint_every")
 
 
-def _loss_pictures(record: dict) -> str:
+def loss_pictures(record: dict) -> dict[str, MetadataValue]:
     """The loss curve (mean loss per window of steps) and, with model selection, the dev score
-    per epoch, as SVG pictures in markdown."""
+    per epoch, each a picture short enough to show inline."""
     curve = record.get("loss_curve") or [
         (h["steps"], h["loss"]) for h in record["history"] if h.get("loss") is not None
     ]
-    pictures = [
-        svg_markdown(
-            line_chart_svg(curve, title="training loss (mean per window of steps)", x_label="step"),
-            "loss curve",
+    pictures = {
+        "loss_curve": MetadataValue.md(
+            chart_markdown(curve, title="training loss", x_label="step", alt="loss curve")
         )
-    ]
+    }
     dev = [(h["epoch"] + 1, h["dev_score"]) for h in record["history"] if h.get("dev_score")]
     if dev:
-        chart = line_chart_svg(
-            dev, title="dev STS (Pearson x 100) per epoch", x_label="epoch", color="#d04a02"
+        chart = chart_markdown(
+            dev, title="dev STS (Pearson x 100)", x_label="epoch", alt="dev score", color="#d04a02"
         )
-        pictures.append(svg_markdown(chart, "dev score"))
-    return "\n\n".join(pictures)
+        pictures["dev_score_curve"] = MetadataValue.md(chart)
+    return pictures
 
 
 def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetCheckResult]:
@@ -125,6 +128,7 @@ def psp_model(
     storage: StorageResource,
     compute: ComputeResource,
     eval_data: EvaluationDataResource,
+    profile: ProfileResource,
 ) -> MaterializeResult:
     """Train the P-SP model on the packed data; resumes from its checkpoint after a failure
     (one that no longer fits the training file is dropped with a warning). psp_core's log
@@ -134,7 +138,9 @@ def psp_model(
     spm = stage.upstream("sentencepiece_model")
     data = stage.upstream("training_data")
     train_config: TrainConfig = spec.train_config(
-        **config.overrides(), device=compute.device, num_threads=compute.threads
+        **profile.settings("psp_model", config.overrides()),
+        device=compute.device,
+        num_threads=compute.threads,
     )
     dev_path = eval_data.path() / config.dev_sts if config.dev_sts else None
     if dev_path is not None and not dev_path.is_file():
@@ -209,16 +215,25 @@ def psp_model(
         }
         return {"bundle": "model"}, record
 
+    unknown = sorted(set(config.exports) - set(EXPORT_FORMATS))
+    if unknown:
+        raise Failure(f"psp_model: exports {unknown} unknown; choose from {list(EXPORT_FORMATS)}")
     manifest = stage.run(key, run, force=config.force)
+    if not manifest.reused:
+        # the card with the data funnel and the run (the evaluation adds its tables)
+        refresh_model_card(manifest, card_facts(stage, spec.code, manifest.record))
+    exports = write_exports(manifest, config.exports)
     record = manifest.record
     history = record["history"]
     metadata = common_metadata(manifest, "bundle")
+    for format, directory in exports.items():
+        metadata[f"export_{format}"] = MetadataValue.path(str(directory))
     metadata.update(
         {
             "dim": MetadataValue.int(record["dim"]),
             "vocab_size": MetadataValue.int(record["vocab_size"]),
             "steps": MetadataValue.int(record["steps"]),
-            "loss_curve": MetadataValue.md(_loss_pictures(record)),
+            **loss_pictures(record),
             "epochs": epochs_table(history),
             "final_loss": MetadataValue.float(
                 round(float(history[-1]["loss"] or 0.0), 4) if history else 0.0

@@ -2,7 +2,8 @@
 
 Hand-written SVG (a polyline per series, the axis ranges as labels) rather than matplotlib: a
 loss curve needs no plotting library, the picture is a few hundred bytes, and it renders in the
-UI's markdown as an ``<img>`` with a ``data:image/svg+xml;base64,...`` source.
+UI's markdown as an ``<img>`` with a ``data:image/svg+xml;base64,...`` source. Each picture is
+its own metadata value under 1,000 characters, the most the UI shows without a click.
 """
 
 from __future__ import annotations
@@ -12,64 +13,72 @@ import math
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-WIDTH, HEIGHT = 480, 200
-MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 56, 12, 22, 30
+WIDTH, HEIGHT = 320, 130
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 36, 8, 16, 16
+#: Dagster's UI shows a markdown value inline only when it is shorter than this; longer ones
+#: hide behind a "Show Markdown" click
+INLINE_MARKDOWN_CHARS = 1000
 
 
 def _label(value: float) -> str:
+    if value == int(value) and abs(value) >= 1e4:
+        return f"{value:,.0f}"  # a step count: 19,951 rather than 1.995e+04
     return f"{value:.4g}"
 
 
 def line_chart_svg(
-    points: Sequence[tuple[float, float]], *, title: str, x_label: str, color: str = "#4f43dd"
+    points: Sequence[tuple[float, float]],
+    *,
+    title: str,
+    x_label: str,
+    color: str = "#4f43dd",
+    x_range: tuple[float, float] | None = None,
 ) -> str:
-    """An SVG line chart of ``(x, y)`` points (non-finite ys are left out); with one point a
-    dot, with none a chart that says so."""
+    """A compact SVG line chart of ``(x, y)`` points (non-finite ys are left out): the title on
+    top, the y range on the left, the x range below (the last label names the x axis); with one
+    point a dot, with none a chart that says so. Integer coordinates keep it a few hundred
+    bytes. ``x_range`` fixes the x axis (default: the points' range)."""
     finite = [(float(x), float(y)) for x, y in points if math.isfinite(x) and math.isfinite(y)]
     inner_w = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
     inner_h = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+    bottom, right = MARGIN_TOP + inner_h, MARGIN_LEFT + inner_w
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        f'<text x="{MARGIN_LEFT}" y="14" font-weight="bold">{escape(title)}</text>',
-        f'<rect x="{MARGIN_LEFT}" y="{MARGIN_TOP}" width="{inner_w}" height="{inner_h}" '
-        'fill="none" stroke="#bbb"/>',
+        f'font-family="sans-serif" font-size="10">',
+        '<rect width="100%" height="100%" fill="#fff"/>',
+        f'<text x="{MARGIN_LEFT}" y="11">{escape(title)}</text>',
+        f'<path d="M{MARGIN_LEFT} {MARGIN_TOP}V{bottom}H{right}" fill="none" stroke="#999"/>',
     ]
     if not finite:
         parts.append(f'<text x="{MARGIN_LEFT + 8}" y="{MARGIN_TOP + 20}">no data yet</text>')
+        parts.append(
+            f'<text x="{right}" y="{HEIGHT - 4}" text-anchor="end">{escape(x_label)}</text>'
+        )
     else:
         xs, ys = [p[0] for p in finite], [p[1] for p in finite]
-        x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+        x0, x1 = x_range or (min(xs), max(xs))
+        y0, y1 = min(ys), max(ys)
         x_span, y_span = (x1 - x0) or 1.0, (y1 - y0) or 1.0
-
-        def at(x: float, y: float) -> tuple[float, float]:
-            return (
-                MARGIN_LEFT + (x - x0) / x_span * inner_w,
-                MARGIN_TOP + inner_h - (y - y0) / y_span * inner_h,
+        screen = [
+            (
+                round(MARGIN_LEFT + (x - x0) / x_span * inner_w),
+                round(bottom - (y - y0) / y_span * inner_h),
             )
-
-        screen = [at(x, y) for x, y in finite]
+            for x, y in finite
+        ]
         if len(screen) == 1:
             cx, cy = screen[0]
-            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3" fill="{color}"/>')
+            parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')
         else:
-            path = " ".join(f"{sx:.1f},{sy:.1f}" for sx, sy in screen)
-            parts.append(
-                f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>'
-            )
-        bottom = MARGIN_TOP + inner_h
+            path = " ".join(f"{sx},{sy}" for sx, sy in screen)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}"/>')
         parts += [
-            f'<text x="{MARGIN_LEFT - 4}" y="{MARGIN_TOP + 9}" text-anchor="end">{_label(y1)}</text>',
-            f'<text x="{MARGIN_LEFT - 4}" y="{bottom}" text-anchor="end">{_label(y0)}</text>',
-            f'<text x="{MARGIN_LEFT}" y="{bottom + 14}">{_label(x0)}</text>',
-            f'<text x="{WIDTH - MARGIN_RIGHT}" y="{bottom + 14}" text-anchor="end">'
-            f"{_label(x1)}</text>",
+            f'<text x="{MARGIN_LEFT - 3}" y="{MARGIN_TOP + 8}" text-anchor="end">{_label(y1)}</text>',
+            f'<text x="{MARGIN_LEFT - 3}" y="{bottom}" text-anchor="end">{_label(y0)}</text>',
+            f'<text x="{MARGIN_LEFT}" y="{HEIGHT - 4}">{_label(x0)}</text>',
+            f'<text x="{right}" y="{HEIGHT - 4}" text-anchor="end">'
+            f"{escape(x_label)} {_label(x1)}</text>",
         ]
-    parts.append(
-        f'<text x="{MARGIN_LEFT + inner_w / 2:.0f}" y="{HEIGHT - 4}" text-anchor="middle">'
-        f"{escape(x_label)}</text>"
-    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -78,6 +87,42 @@ def svg_markdown(svg: str, alt: str) -> str:
     """Markdown that shows ``svg`` as an image (a base64 data URI)."""
     encoded = base64.b64encode(svg.encode("utf-8")).decode("ascii")
     return f"![{alt}](data:image/svg+xml;base64,{encoded})"
+
+
+def thin(points: Sequence[tuple[float, float]], n: int) -> list[tuple[float, float]]:
+    """At most ``n`` points: each the mean of a run of consecutive points (x and y)."""
+    points = list(points)
+    if len(points) <= n:
+        return points
+    bounds = [round(i * len(points) / n) for i in range(n + 1)]
+    runs = [points[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [(sum(x for x, _ in run) / len(run), sum(y for _, y in run) / len(run)) for run in runs]
+
+
+def chart_markdown(
+    points: Sequence[tuple[float, float]],
+    *,
+    title: str,
+    x_label: str,
+    alt: str,
+    color: str = "#4f43dd",
+    limit: int = INLINE_MARKDOWN_CHARS,
+) -> str:
+    """A line chart as markdown short enough for the UI to show inline: the points are thinned
+    (averaged in runs) until the picture fits in ``limit`` characters; the x axis keeps the
+    range of all the points."""
+    xs = [float(x) for x, y in points if math.isfinite(x) and math.isfinite(y)]
+    x_range = (min(xs), max(xs)) if xs else None
+    for n in (120, 80, 60, 45, 32, 24, 16, 12, 8):
+        markdown = svg_markdown(
+            line_chart_svg(
+                thin(points, n), title=title, x_label=x_label, color=color, x_range=x_range
+            ),
+            alt,
+        )
+        if len(markdown) < limit:
+            return markdown
+    return markdown
 
 
 class LossCurve:

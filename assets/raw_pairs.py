@@ -22,6 +22,9 @@ from dagster import (
     MetadataValue,
     RetryPolicy,
     RetryRequested,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     asset,
 )
 
@@ -216,8 +219,8 @@ def _materialize(
     record = manifest.record
     n_pairs = pair_file_info(manifest.output("pairs"))[0]
     metadata = report_metadata(manifest, record, "pairs")
-    metadata["sources"] = MetadataValue.json(record["sources"])
-    metadata["per_source"] = MetadataValue.md(_parts_markdown(record["parts"]))
+    metadata["sources"] = sources_table(record["sources"])
+    metadata["per_source"] = per_source_table(record["parts"])
     return MaterializeResult(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),
@@ -241,11 +244,55 @@ def _sum_drops(reports: list[dict]) -> dict[str, int]:
     return total
 
 
-def _parts_markdown(parts: list[dict]) -> str:
-    rows = ["| source | lines read | pairs kept | dropped |", "|---|---:|---:|---|"]
+SOURCES_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("kind", "string", description="opus, paranmt, local or inbox"),
+        TableColumn("name", "string", description="corpus, URL or directory"),
+        TableColumn("version", "string", description="the OPUS release read"),
+        TableColumn("cap", "string", description="at most this many pairs kept"),
+    ]
+)
+
+
+def sources_table(sources: dict) -> MetadataValue:
+    """Where the run read its pairs: each OPUS corpus (release, cap), ParaNMT, the local
+    directory and the inbox."""
+    rows = [
+        {
+            "kind": "opus",
+            "name": corpus["name"],
+            "version": corpus["version"],
+            "cap": f"{corpus['cap']:,}" if corpus.get("cap") else "-",
+        }
+        for corpus in sources.get("corpora", [])
+    ]
+    if sources.get("paranmt"):
+        rows.append({"kind": "paranmt", "name": sources["paranmt"], "version": "-", "cap": "-"})
+    if sources.get("local_dir"):
+        rows.append({"kind": "local", "name": sources["local_dir"], "version": "-", "cap": "-"})
+    if sources.get("inbox_signature"):
+        inbox = f"files signature {sources['inbox_signature'][:12]}"
+        rows.append({"kind": "inbox", "name": inbox, "version": "-", "cap": "-"})
+    return MetadataValue.table([TableRecord(row) for row in rows], schema=SOURCES_COLUMNS)
+
+
+PER_SOURCE_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("source", "string", description="corpus, local file or inbox file"),
+        TableColumn("lines_read", "int"),
+        TableColumn("pairs_kept", "int"),
+        TableColumn("dropped", "string", description="reason: pairs"),
+    ]
+)
+
+
+def per_source_table(parts: list[dict]) -> MetadataValue:
+    """One row per source (each OPUS corpus, each local or inbox file): lines read, kept."""
+    rows = []
     for part in parts:
         named = part.get("corpora") or {part["stage"]: part}
         for name, report in named.items():
             drops = ", ".join(f"{k}: {v:,}" for k, v in report["dropped"].items()) or "-"
-            rows.append(f"| {name} | {report['n_in']:,} | {report['n_out']:,} | {drops} |")
-    return "\n".join(rows)
+            row = {"source": name, "lines_read": int(report["n_in"])}
+            rows.append(TableRecord(row | {"pairs_kept": int(report["n_out"]), "dropped": drops}))
+    return MetadataValue.table(rows, schema=PER_SOURCE_COLUMNS)

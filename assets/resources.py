@@ -17,6 +17,7 @@ from pathlib import Path
 import requests
 from dagster import ConfigurableResource, EnvVar
 
+from assets.profiles import ProfileResource, profile_from_environment
 from ops.langid import LanguageIdentifier
 from ops.opus import OPUS_API, OpusCorpus, OpusError, fetch_opus_bitext
 from ops.paranmt import PARANMT_URL, fetch_paranmt
@@ -203,7 +204,8 @@ def default_resources(storage_root: str | None = None) -> dict[str, Configurable
 
     ``PSP_STORAGE_ROOT`` (default ``./psp_data``), ``PSP_OPUS_API``, ``PSP_OPUS_DOWNLOAD_BASE``,
     ``PSP_PARANMT_URL``, ``PSP_LID_MODEL``, ``PSP_DEVICE``, ``PSP_EVAL_DIR`` (default
-    ``../shared/data/eval``); each is also settable per run under ``resources:`` in run config.
+    ``../shared/data/eval``), ``PSP_PROFILE`` (smoke, demo or paper; default paper); each is
+    also settable per run under ``resources:`` in run config.
     """
 
     def env(name: str, default: str | None) -> str | EnvVar | None:
@@ -218,6 +220,7 @@ def default_resources(storage_root: str | None = None) -> dict[str, Configurable
         "paranmt": ParaNmtResource(url=env("PSP_PARANMT_URL", PARANMT_URL)),
         "langid": LanguageIdResource(model_path=env("PSP_LID_MODEL", None)),
         "compute": ComputeResource(device=env("PSP_DEVICE", "auto")),
+        "profile": ProfileResource(name=profile_from_environment()),
         "eval_data": EvaluationDataResource(
             eval_dir=env("PSP_EVAL_DIR", str(Path("..") / "shared" / "data" / "eval"))
         ),

@@ -85,7 +85,7 @@ def training_data(
     )
 
     def run() -> tuple[dict, dict]:
-        release_free_memory()  # the encoding workers fork from this process: keep it small
+        release_free_memory()  # the previous stages' freed heap back to the OS
         tokenizer = packing_tokenizer(spm.output("model"), num_threads=compute.threads or 2)
         shuffle = StageReport("shuffle")
         # the shuffled rows go straight to the encoding: no shuffled copy of the corpus is

@@ -12,6 +12,7 @@ from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata
 from assets.partitions import language_partitions
+from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.sentencepiece_model import train_sentencepiece_from_pairs
@@ -34,16 +35,15 @@ def sentencepiece_model(
     config: SentencepieceConfig,
     storage: StorageResource,
     compute: ComputeResource,
+    profile: ProfileResource,
 ) -> MaterializeResult:
     """Train the unigram sentencepiece model (paper: vocab 50,000, coverage 0.995, 10M sample)."""
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "sentencepiece_model")
     upstream = stage.upstream("deduplicated_pairs")
     settings = asdict(spec.sentencepiece)
-    if config.vocab_size is not None:
-        settings["vocab_size"] = config.vocab_size
-    if config.input_sentence_size is not None:
-        settings["input_sentence_size"] = config.input_sentence_size
+    explicit = {"vocab_size": config.vocab_size, "input_sentence_size": config.input_sentence_size}
+    settings.update(profile.settings("sentencepiece_model", explicit))
     key = fingerprint(
         stage=stage.name, code=CODE_VERSION, upstream=upstream.fingerprint, settings=settings
     )

@@ -1,7 +1,7 @@
 """A language's run where every stage is reused: `dagster job execute` wall time, in-process
 (the code location's default executor) against multiprocess (a process per step).
 
-A first run materializes `de` with the quick profile on the shared data (the offline registry
+A first run materializes `de` with the smoke profile on the shared data (the offline registry
 `configs/languages-shared-data.toml`); then the same command runs again `--repeats` times with
 each executor, and every step finds its manifest and reuses its output. The figure is the whole
 command, as a user or CI waits for it: interpreter start, imports, run and step set-up, the
@@ -54,7 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
     parser.add_argument("--partition", default="de")
-    parser.add_argument("--profile", type=Path, default=ROOT / "configs" / "quick.yaml")
+    parser.add_argument("--profile", type=Path, default=ROOT / "configs" / "smoke.yaml")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     _common.setup_logging()

@@ -5,8 +5,7 @@ keeps freed pages for reuse, and glibc's ``malloc`` keeps freed chunks inside it
 preparation chain runs its stages one after the other in one process, so each stage would
 start with the previous stages' high-water mark still resident. That pushes the chain's peak
 RSS up (in one 1M-pair benchmark run sentencepiece training, which needs hundreds of MiB of
-its own, started at 862 MiB instead of about 400), and the worker processes forked by the next
-stage inherit a larger address space.
+its own, started at 862 MiB instead of about 400).
 
 :func:`release_free_memory` returns both allocators' free pages; it takes a few milliseconds.
 """

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dagster import AssetSelection, define_asset_job
 
 from assets.catalog import DATA_GROUP, MODEL_GROUP, SCOREBOARD_GROUP
+from assets.profiles import profile_summary
 
 #: Asset groups in pipeline order; every partitioned asset belongs to exactly one. The
 #: unpartitioned scoreboard (group ``scoreboard``) has a job of its own.
@@ -15,19 +16,24 @@ MODEL_GROUPS = (MODEL_GROUP,)
 psp_language_job = define_asset_job(
     "psp_language_job",
     selection=AssetSelection.groups(*DATA_GROUPS, *MODEL_GROUPS),
-    description="Everything for one language: download, filter, vocabulary, pack, train, evaluate.",
+    description="Everything for one language: download, filter, vocabulary, pack, train, "
+    "evaluate. Pick the cost with the profile (resources: profile: config: name), on 2 CPU "
+    f"cores and the shared data: {profile_summary()}.",
 )
 
 prepare_data_job = define_asset_job(
     "prepare_data_job",
     selection=AssetSelection.groups(*DATA_GROUPS),
-    description="Data preparation only: raw pairs to the packed training HDF5.",
+    description="Data preparation only: raw pairs to the packed training HDF5 (the profile "
+    "sets the vocabulary: smoke 500, demo 20,000, paper 50,000).",
 )
 
 train_evaluate_job = define_asset_job(
     "train_evaluate_job",
     selection=AssetSelection.groups(*MODEL_GROUPS),
-    description="Train on the packed data that is already there, then evaluate.",
+    description="Train on the packed data that is already there, then evaluate. The profile "
+    "(resources: profile: config: name) sets the model and the schedule; on 2 CPU cores: "
+    f"{profile_summary()}.",
 )
 
 scoreboard_job = define_asset_job(

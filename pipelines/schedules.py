@@ -2,7 +2,8 @@
 
 Every stage skips itself when its inputs and settings are unchanged (see ``assets.stage``), so a
 scheduled run costs minutes unless something changed: new inbox files, a registry edit, or a
-new release of a corpus configured as ``version = "latest"``.
+new release of a corpus configured as ``version = "latest"``. Scheduled runs use the paper's
+settings (``PSP_RETRAIN_PROFILE`` picks another profile).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
 
 from assets.languages import load_registry
+from assets.profiles import retrain_run_config
 from pipelines.jobs import psp_language_job
 
 RETRAIN_CRON = "0 3 * * 1"  # Mondays 03:00
@@ -28,5 +30,6 @@ def weekly_retrain_schedule(context: ScheduleEvaluationContext):
         yield RunRequest(
             run_key=f"retrain-{lang}-{stamp}",
             partition_key=lang,
+            run_config=retrain_run_config(),
             tags={"psp/trigger": "schedule"},
         )

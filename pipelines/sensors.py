@@ -28,6 +28,7 @@ from dagster import (
 )
 
 from assets.languages import LanguageSpec, load_registry
+from assets.profiles import retrain_run_config
 from assets.resources import OpusResource, StorageResource, version_key
 from ops.opus import OpusError
 from pipelines.jobs import psp_language_job
@@ -84,9 +85,9 @@ def new_bitext_sensor(
         reasons = [f"{name} {version}" for name, version in sorted(newer.items())]
         if new_inbox:
             reasons.append(f"inbox {inbox}")
-        run_config = {}
+        run_config = retrain_run_config()
         if overrides:
-            run_config = {"ops": {"raw_pairs": {"config": {"opus_versions": overrides}}}}
+            run_config["ops"] = {"raw_pairs": {"config": {"opus_versions": overrides}}}
         run_requests.append(
             RunRequest(
                 run_key=f"{lang}:{json.dumps(overrides, sort_keys=True)}:{inbox}",

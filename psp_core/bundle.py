@@ -176,9 +176,19 @@ def _replace_directory(tmp: Path, final: Path) -> None:
 
 
 def save_bundle(
-    directory: str | Path, embeddings: np.ndarray, spm_proto: bytes, config: BundleConfig
+    directory: str | Path,
+    embeddings: np.ndarray,
+    spm_proto: bytes,
+    config: BundleConfig,
+    card: str | None = None,
 ) -> Path:
-    """Write a bundle atomically (with the size and checksum of each file); returns its path."""
+    """Write a bundle atomically (with the size and checksum of each file); returns its path.
+
+    ``card`` is its model card (``README.md``); by default one from ``config`` alone
+    (:func:`psp_core.model_card.model_card`). The card is documentation, outside the checksums:
+    the pipeline rewrites it as it learns more (the data funnel, the evaluation)."""
+    from psp_core.model_card import CARD_FILE, model_card
+
     directory = Path(directory)
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
     expected = (config.vocab_size, config.dim)
@@ -204,6 +214,7 @@ def save_bundle(
         data = asdict(config)
         data["files"] = {name: _file_record(tmp / name) for name in (SPM_FILE, EMBEDDINGS_FILE)}
         (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        (tmp / CARD_FILE).write_text(card or model_card(config), encoding="utf-8")
         _replace_directory(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

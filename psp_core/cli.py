@@ -76,18 +76,31 @@ def cmd_embed(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_file), "sentence file")
     output = check_output_file(args.output_file)
     model = load_model(args.model, num_threads=args.threads)
+    dim = _checked_dim(args.dim, model)
     count = sum(1 for _ in read_lines(source))
     with replaced_when_done(output) as handle:
-        array = NpyWriter(handle, (count, model.dim))  # a full disk fails here, before embedding
+        array = NpyWriter(handle, (count, dim))  # a full disk fails here, before embedding
         for chunk in _chunks((text for _, text in read_lines(source)), CHUNK_LINES):
-            array.write(model.embed(chunk, batch_size=args.batch_size, normalize=args.normalize))
+            array.write(
+                model.embed(
+                    chunk, batch_size=args.batch_size, normalize=args.normalize, dim=args.dim
+                )
+            )
         array.close()
-    log.info("wrote %d x %d embeddings to %s", count, model.dim, output)
+    log.info("wrote %d x %d embeddings to %s", count, dim, output)
 
 
-def _write_scores(handle, model, source: Path, batch_size: int) -> None:
+def _checked_dim(dim: int | None, model) -> int:
+    if dim is None:
+        return model.dim
+    if not 1 <= dim <= model.dim:
+        raise CliError(f"--dim must be in [1, {model.dim}] for this model, got {dim}")
+    return dim
+
+
+def _write_scores(handle, model, source: Path, batch_size: int, dim: int | None) -> None:
     for chunk in _chunks(read_pairs(source), CHUNK_LINES):
-        scores = model.score(chunk, batch_size=batch_size)
+        scores = model.score(chunk, batch_size=batch_size, dim=dim)
         handle.writelines(
             f"{first}\t{second}\t{score:.6f}\n"
             for (first, second), score in zip(chunk, scores, strict=True)
@@ -98,12 +111,13 @@ def cmd_score(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_pair_file), "sentence pair file")
     output = check_output_file(args.output_file) if args.output_file else None
     model = load_model(args.model, num_threads=args.threads)
+    _checked_dim(args.dim, model)
     if output:
         with replaced_when_done(output, "w") as handle:
-            _write_scores(handle, model, source, args.batch_size)
+            _write_scores(handle, model, source, args.batch_size, args.dim)
         return
     try:
-        _write_scores(sys.stdout, model, source, args.batch_size)
+        _write_scores(sys.stdout, model, source, args.batch_size, args.dim)
         sys.stdout.flush()
     except OSError as error:
         if isinstance(error, BrokenPipeError) or error.filename is not None:
@@ -267,7 +281,23 @@ def cmd_fetch_eval_data(args: argparse.Namespace) -> None:
     print(json.dumps({"written": written}, indent=2))
 
 
-_TYPES = {"int": int, "float": float, "str": str, "int | None": int, "str | None": str}
+def _int_tuple(text: str) -> tuple[int, ...]:
+    """``512,256,64`` -> ``(512, 256, 64)``."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        message = f"expected integers separated by commas, got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+
+
+_TYPES = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "int | None": int,
+    "str | None": str,
+    "tuple[int, ...] | None": _int_tuple,
+}
 
 
 def _train_config_fields():
@@ -310,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--output-file", required=True, help="a .npy file, float32 [n, dim]")
     embed.add_argument("--batch-size", type=int, default=64)
     embed.add_argument("--normalize", action="store_true", help="unit-length vectors")
+    embed.add_argument(
+        "--dim",
+        type=int,
+        help="keep the first DIM dimensions (a model trained with --matryoshka-dims)",
+    )
     embed.add_argument("--threads", type=int, default=1, help="tokenizer threads")
     embed.set_defaults(handler=cmd_embed)
 
@@ -319,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output-file", help="default: standard output")
     score.add_argument("--batch-size", type=int, default=64)
     score.add_argument("--threads", type=int, default=1)
+    score.add_argument(
+        "--dim",
+        type=int,
+        help="keep the first DIM dimensions (a model trained with --matryoshka-dims)",
+    )
     score.set_defaults(handler=cmd_score)
 
     train_parser = commands.add_parser("train", help="train a model on a training HDF5")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from psp_core.bundle import load_bundle
+from psp_core.model_card import CARD_FILE, model_card, retarget_card
 
 FORMATS = ("sentence-transformers", "model2vec")
 
@@ -209,12 +211,20 @@ def _require(module: str):
         ) from error
 
 
-def export_model(bundle_dir: str | Path, format: str, output: str | Path) -> Path:
+def export_model(
+    bundle_dir: str | Path,
+    format: str,
+    output: str | Path,
+    *,
+    record: Mapping[str, Any] | None = None,
+) -> Path:
     """Write the bundle at ``bundle_dir`` as a ``format`` model folder at ``output``.
 
     ``format`` is ``"sentence-transformers"`` (``SentenceTransformer(output)`` loads it) or
     ``"model2vec"`` (``StaticModel.from_pretrained(output)`` loads it). ``output`` is replaced
-    if it exists. Returns ``output``.
+    if it exists (the new folder is complete before it takes the name). It carries the bundle's
+    model card (``README.md``, naming the target library) and ``psp_export.json`` (what it was
+    made from, plus ``record``). Returns ``output``.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; expected one of {list(FORMATS)}")
@@ -245,11 +255,15 @@ def export_model(bundle_dir: str | Path, format: str, output: str | Path) -> Pat
                 "vocab_size": config.vocab_size,
                 "lowercase": config.lowercase,
                 "max_length": config.max_length,
+                **(record or {}),
             },
             indent=2,
         )
         + "\n"
     )
+    card = Path(bundle_dir) / CARD_FILE
+    text = card.read_text(encoding="utf-8") if card.is_file() else model_card(config)
+    (tmp / CARD_FILE).write_text(retarget_card(text, format), encoding="utf-8")
     if output.exists():
         shutil.rmtree(output)
     tmp.rename(output)

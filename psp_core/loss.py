@@ -57,3 +57,27 @@ def margin_loss(
         margin - positive + negative_for_t
     ).clamp(min=0)
     return loss.mean()
+
+
+def nested_margin_loss(
+    s: torch.Tensor,
+    t: torch.Tensor,
+    t_negative: torch.Tensor,
+    s_negative: torch.Tensor,
+    dims: tuple[int, ...],
+    margin: float = DEFAULT_MARGIN,
+) -> torch.Tensor:
+    """:func:`margin_loss` summed over the prefixes ``[:, :d]`` for each ``d`` in ``dims``
+    (Matryoshka representation learning, Kusupati et al. 2022): each prefix of a vector learns
+    to be an embedding on its own. With ``dims == (dim,)`` it is :func:`margin_loss`."""
+    full = s.shape[1]
+    total = None
+    for d in dims:
+        parts = (
+            (s, t, t_negative, s_negative)
+            if d >= full
+            else (s[:, :d], t[:, :d], t_negative[:, :d], s_negative[:, :d])
+        )
+        loss = margin_loss(*parts, margin=margin)
+        total = loss if total is None else total + loss
+    return total

@@ -59,12 +59,18 @@ class PSPModel:
         batch_size: int = 64,
         normalize: bool = False,
         show_progress_bar: bool = False,
+        dim: int | None = None,
     ) -> np.ndarray:
         """Embed sentences; returns float32 ``[n, dim]`` in input order.
 
         Sentences are sorted by length and embedded ``batch_size`` at a time. An empty sentence
-        (or one with no pieces) gives a zero vector, also when ``normalize`` is set.
+        (or one with no pieces) gives a zero vector, also when ``normalize`` is set. ``dim``
+        keeps the first ``dim`` dimensions (normalized after truncating): meant for models
+        trained with ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of
+        their mean, so this is exact).
         """
+        if dim is not None and not 1 <= dim <= self.dim:
+            raise ValueError(f"dim must be in [1, {self.dim}], got {dim}")
         if isinstance(sentences, str):
             raise TypeError("embed expects a list of sentences, not a single string")
         sentences = list(sentences)
@@ -87,6 +93,8 @@ class PSPModel:
                 )
                 progress.update(stop - start)
         progress.close()
+        if dim is not None and dim < self.dim:
+            output = np.ascontiguousarray(output[:, :dim])
         if normalize:
             norms = np.linalg.norm(output, axis=1, keepdims=True)
             np.divide(output, norms, out=output, where=norms > 0)
@@ -97,8 +105,10 @@ class PSPModel:
         pairs: Sequence[tuple[str, str]],
         batch_size: int = 64,
         show_progress_bar: bool = False,
+        dim: int | None = None,
     ) -> np.ndarray:
-        """Cosine similarity of each ``(s1, s2)`` pair; 0.0 when either side has no pieces."""
+        """Cosine similarity of each ``(s1, s2)`` pair; 0.0 when either side has no pieces.
+        ``dim``: compare the first ``dim`` dimensions only (see :meth:`embed`)."""
         pairs = list(pairs)
         for index, pair in enumerate(pairs):
             if isinstance(pair, str) or not isinstance(pair, tuple | list):
@@ -107,8 +117,8 @@ class PSPModel:
                 )
             if len(pair) != 2:
                 raise ValueError(f"pair {index} has {len(pair)} elements, expected 2")
-        left = self.embed([p[0] for p in pairs], batch_size, True, show_progress_bar)
-        right = self.embed([p[1] for p in pairs], batch_size, True, show_progress_bar)
+        left = self.embed([p[0] for p in pairs], batch_size, True, show_progress_bar, dim)
+        right = self.embed([p[1] for p in pairs], batch_size, True, show_progress_bar, dim)
         return np.einsum("ij,ij->i", left, right).astype(np.float32)
 
 

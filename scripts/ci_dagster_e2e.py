@@ -2,7 +2,7 @@
 
 Starts a loopback OPUS API + zip server on 127.0.0.1 (``tests/ops/opus_server.py``) serving
 generated en-de corpora and a ParaNMT zip, writes a tiny evaluation directory, then runs the full
-language job with the quick profile for each language given, **in parallel** (one
+language job with the smoke profile for each language given, **in parallel** (one
 ``dagster job execute`` process per language, sharing one ``DAGSTER_HOME`` with this repo's
 ``dagster.yaml``), and checks:
 
@@ -59,8 +59,8 @@ def check(condition: bool, message: str) -> None:
 
 
 def run_config(work: Path, in_process: bool) -> Path:
-    """The quick profile; in-process saves each step's Python start-up (seconds per step)."""
-    config = yaml.safe_load((ROOT / "configs" / "quick.yaml").read_text())
+    """The smoke profile; in-process saves each step's Python start-up (seconds per step)."""
+    config = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
     if in_process:
         config["execution"] = {"config": {"in_process": {}}}
     path = work / "run.yaml"

@@ -3,6 +3,7 @@ source: each attribute says which)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,6 +50,10 @@ class TrainConfig:
             faster than plain float32 products. ``"float32-plain"``: the same negatives from
             plain float32 products (the baseline). ``"bfloat16"``: bfloat16 products only
             (fastest; 1-2% of negatives differ, each within ~0.01 cosine of the hardest).
+        matryoshka_dims: train so that the first ``d`` dimensions of a vector work on their
+            own for each ``d`` given (Matryoshka representation learning): the margin loss is
+            summed over these nested prefixes, the full ``dim`` always included, e.g. ``(512,
+            256, 128, 64)``. Negatives are mined with the full vectors. None: the paper's loss.
         max_steps: stop after this many mini-batches in total (None: run all epochs).
         device: ``"auto"`` (cuda if present, else cpu), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         num_threads: torch intra-op threads (None: torch's default).
@@ -72,6 +77,7 @@ class TrainConfig:
     shuffle_block: int = 100_000
     mining_chunk_rows: int = 512
     mining_dtype: str = "float32"
+    matryoshka_dims: tuple[int, ...] | None = None
     max_steps: int | None = None
     device: str = "auto"
     num_threads: int | None = None
@@ -93,6 +99,14 @@ class TrainConfig:
             raise ValueError("anneal_every and checkpoint_every must be >= 0")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.matryoshka_dims is not None:
+            dims = tuple(int(d) for d in self.matryoshka_dims)
+            if not dims or any(not 1 <= d <= self.dim for d in dims):
+                raise ValueError(
+                    f"matryoshka_dims must be dimensions in [1, dim={self.dim}], got {dims}"
+                )
+            # a canonical form, so that equal settings give equal fingerprints
+            self.matryoshka_dims = tuple(sorted(set(dims) | {self.dim}, reverse=True))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,5 +123,7 @@ class TrainConfig:
     )
 
     def fingerprint(self) -> dict[str, Any]:
-        """The fields a checkpoint must agree on to be resumed."""
-        return {k: v for k, v in self.to_dict().items() if k not in self.RESUMABLE_CHANGES}
+        """The fields a checkpoint must agree on to be resumed, as JSON gives them back (a
+        tuple is a list), since the checkpoint keeps them in JSON."""
+        fields = {k: v for k, v in self.to_dict().items() if k not in self.RESUMABLE_CHANGES}
+        return json.loads(json.dumps(fields))

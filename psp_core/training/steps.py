@@ -11,7 +11,7 @@ import torch
 
 from psp_core.csr import TokenBatch
 from psp_core.encoder import MeanEmbeddingEncoder
-from psp_core.loss import margin_loss
+from psp_core.loss import margin_loss, nested_margin_loss
 from psp_core.mining import mine_hard_negatives, sentence_hashes
 from psp_core.training.data import PairBatch
 from psp_core.training.distributed import DistributedContext
@@ -32,6 +32,8 @@ class StepSettings:
     mining_dtype: torch.dtype
     mining_screen: bool | None  # None: screen float32 mining with bfloat16 where it is fast
     device: torch.device
+    # the prefixes the loss is summed over (Matryoshka); empty: the whole vector only
+    loss_dims: tuple[int, ...] = ()
     # several processes: gradients and the loss are averaged over the ranks every step
     distributed: DistributedContext = field(default_factory=DistributedContext)
 
@@ -115,7 +117,12 @@ def train_megabatch(
         if (t_negative_rows < 0).any() or (s_negative_rows < 0).any():
             t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)
             s_negative = s_negative * torch.from_numpy(s_negative_rows >= 0).to(device).unsqueeze(1)
-        loss = margin_loss(s, t, t_negative, s_negative, settings.margin)
+        if settings.loss_dims:
+            loss = nested_margin_loss(
+                s, t, t_negative, s_negative, settings.loss_dims, settings.margin
+            )
+        else:
+            loss = margin_loss(s, t, t_negative, s_negative, settings.margin)
         value = distributed.mean(loss.detach()).item()
         step = first_step + len(losses) + 1
         if not math.isfinite(value):

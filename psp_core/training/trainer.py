@@ -20,6 +20,7 @@ import torch
 from psp_core.bundle import BundleConfig, save_bundle
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.model import PSPModel
+from psp_core.model_card import CardFacts, model_card
 from psp_core.tokenizer import Tokenizer, sha256_file
 from psp_core.training.checkpoint import DATA_KEY, CheckpointStore, TrainingState
 from psp_core.training.config import TrainConfig
@@ -184,6 +185,7 @@ def train(
             mining_screen=False if config.mining_dtype == "float32-plain" else None,
             device=device,
             distributed=distributed,
+            loss_dims=config.matryoshka_dims or (),
         )
         pairs_per_step = config.batch_size * distributed.world_size
         epoch_steps = math.ceil(len(data) / pairs_per_step)
@@ -256,6 +258,7 @@ def train(
                 "steps": state.step,
                 "loss": state.epoch_loss_sum / count if count else None,
                 "pairs_per_second": count * pairs_per_step / max(elapsed, 1e-9) if count else None,
+                "seconds": round(elapsed, 3),
             }
             if dev_evaluator is not None:
                 # evaluated on rank 0; all ranks keep the same best-epoch bookkeeping
@@ -287,8 +290,17 @@ def train(
             if dev_evaluator is not None and state.best_epoch is not None:
                 weights = store.load_best()
             summary = _training_summary(info, config, state, negatives_from, distributed)
+            summary["device"] = str(device)
             bundle_config = _bundle_config(tokenizer, info, config, summary)
-            bundle = save_bundle(output_dir, weights.numpy(), tokenizer.model_proto, bundle_config)
+            seconds = sum(float(h.get("seconds") or 0.0) for h in state.history)
+            facts = CardFacts(
+                name=f"psp-{info.lang}",
+                training={"device": str(device), "seconds": seconds or None},
+            )
+            card = model_card(bundle_config, facts)
+            bundle = save_bundle(
+                output_dir, weights.numpy(), tokenizer.model_proto, bundle_config, card
+            )
             if not keep_checkpoint and not stopped_early:
                 store.remove()
         distributed.barrier()

@@ -14,6 +14,7 @@ import shutil
 import pytest
 from dagster import materialize
 
+from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.stage import Stage, fingerprint
 from pipelines.definitions import defs
@@ -55,6 +56,7 @@ def world(tmp_path, monkeypatch, spm_path, toy_training_file, toy) -> dict:
         "storage": storage,
         "compute": ComputeResource(device="cpu", threads=1, workers=1),
         "eval_data": EvaluationDataResource(eval_dir=str(eval_dir)),
+        "profile": ProfileResource(),
     }
     return {"root": root, "resources": resources}
 
@@ -102,6 +104,10 @@ def test_the_dev_track_is_marked_everywhere_and_the_mean_says_what_it_covers(wor
     assert ("sts17_en-en_pearson" in metadata) is not selected
     assert metadata["sts_mean_over"] == NOTE
     assert ("| en-en (dev) |" in metadata["results"]) is selected
+    tracks = {row.data["set"]: row.data for row in metadata["sts17"].records}
+    assert ("en-en (dev)" in tracks) is selected and ("en-en" in tracks) is not selected
+    assert tracks["es-en"]["paper"] == 78.4
+    assert tracks["es-en"]["pearson"] == round(results["sts17"]["es-en"]["pearson"], 1)
 
     board = materialize(
         [defs.get_assets_def("evaluation_scoreboard")], resources=world["resources"]

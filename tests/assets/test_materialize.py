@@ -3,6 +3,7 @@ server, a served ParaNMT zip and a generated evaluation directory, with the quic
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ from tests.pipelines.corpora import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = yaml.safe_load((ROOT / "configs" / "quick.yaml").read_text())
+SMOKE = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
 ALL_ASSETS = [  # the language-partitioned assets (the scoreboard is not partitioned)
     defs.get_assets_def(key)
     for key in defs.get_repository_def().asset_graph.get_all_asset_keys()
@@ -75,13 +76,15 @@ def world(opus_server: OpusServer, tmp_path: Path) -> dict:
 
 def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_server) -> None:
     root, resources = world["root"], world["resources"]
-    result = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=QUICK)
+    result = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)
     assert result.success
     assert all(check_outcomes(result).values()) and len(check_outcomes(result)) == 7
 
     raw = metadata_of(result, "raw_pairs")
     assert raw["pairs_in"] == world["n_raw"] == raw["pairs_out"]
-    assert "OpenSubtitles" in raw["per_source"] and "Tanzil" in raw["per_source"]
+    sources = {row["source"]: row for row in raw["per_source"]}
+    assert {"OpenSubtitles", "Tanzil"} <= set(sources)
+    assert sum(row["pairs_kept"] for row in sources.values()) == raw["pairs_out"]
     assert pair_file_info(root / "de" / "raw_pairs" / "pairs.parquet") == (
         world["n_raw"],
         "en",
@@ -125,6 +128,15 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert results["sts"]["mean"] is not None and list(results["tatoeba"]) == ["deu"]
     assert results["sts17"] == {} and results["stsb"] == {}
     assert "Tatoeba" in evaluation["results"]
+    # each suite is an inline table too, with the paper's figure beside ours
+    (tatoeba,) = evaluation["tatoeba"]
+    assert tatoeba["language"] == "deu" and tatoeba["paper"] == 1.5
+    assert tatoeba["error_mean"] == round(results["tatoeba"]["deu"]["cosine_mean"], 1)
+    mean = evaluation["sts"][-1]
+    assert mean["set"].startswith("mean") and mean["pearson"] == round(
+        results["sts"]["mean"]["pearson"], 1
+    )
+    assert "sts17" not in evaluation and "stsb" not in evaluation
 
     # the scoreboard shows de's numbers and names the languages not evaluated yet
     board = materialize(assets_named("evaluation_scoreboard"), resources=resources)
@@ -141,7 +153,7 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
 
     # unchanged inputs and config: every stage reuses its output
     started = time.perf_counter()
-    again = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=QUICK)
+    again = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)
     assert again.success
     assert all(metadata_of(again, name)["reused"] for name in STAGES)
     assert time.perf_counter() - started < 30
@@ -151,13 +163,30 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     }
     assert versions["raw_pairs"] == metadata_of(result, "raw_pairs")["fingerprint"]
 
+    # the model card: the data per source and filter, the run, the evaluation's tables
+    card = (root / "de" / "psp_model" / "model" / "README.md").read_text()
+    assert "## Training data" in card and "| OpenSubtitles |" in card
+    assert "| langid_filtered_pairs |" in card and "| training time |" in card
+    assert "## Evaluation" in card and "| deu |" in card
+    if importlib.util.find_spec("model2vec"):  # the `export` extra
+        # exports on request, of the model already trained, each with the card
+        config = SMOKE | {"ops": {"psp_model": {"config": {"exports": ["model2vec"]}}}}
+        exported = materialize(
+            ALL_ASSETS, partition_key="de", resources=resources, run_config=config
+        )
+        assert exported.success and metadata_of(exported, "psp_model")["reused"]
+        folder = root / "de" / "psp_model" / "exports" / "model2vec"
+        assert metadata_of(exported, "psp_model")["export_model2vec"] == str(folder)
+        exported_card = (folder / "README.md").read_text()
+        assert "library_name: model2vec" in exported_card and "| deu |" in exported_card
+
     # new bitext in the inbox: raw pairs grow and every downstream stage recomputes
     inbox = root / "inbox" / "de"
     inbox.mkdir(parents=True)
     english, german = english_german(50, seed=77)
     (inbox / "extra.en").write_text("\n".join(english) + "\n")
     (inbox / "extra.de").write_text("\n".join(german) + "\n")
-    third = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=QUICK)
+    third = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)
     assert third.success
     assert metadata_of(third, "raw_pairs")["pairs_out"] == world["n_raw"] + 50
     assert not any(metadata_of(third, name)["reused"] for name in STAGES)
@@ -169,14 +198,14 @@ def test_paraphrase_language_from_paranmt(world: dict) -> None:
     inbox.mkdir(parents=True)
     (inbox / "more-paraphrases.txt").write_text("\n".join(paranmt_lines(50, seed=8)) + "\n")
     names = STAGES[:6]
-    config = {"ops": {"sentencepiece_model": QUICK["ops"]["sentencepiece_model"]}}
     result = materialize(
-        assets_named(*names), partition_key="en", resources=world["resources"], run_config=config
+        assets_named(*names), partition_key="en", resources=world["resources"], run_config=SMOKE
     )
     assert result.success
     raw = metadata_of(result, "raw_pairs")
     assert raw["pairs_out"] == 750
-    assert raw["per_source"].count("| paranmt |") == 2  # the configured URL and the inbox file
+    # the configured URL and the inbox file
+    assert [row["source"] for row in raw["per_source"]].count("paranmt") == 2
     assert pair_file_info(root / "en" / "raw_pairs" / "pairs.parquet") == (750, "en", "en", True)
     filtered = metadata_of(result, "length_filtered_pairs")
     assert "dropped: score_too_low" in column(filtered["funnel"], "pairs")
@@ -218,7 +247,7 @@ def test_opus_version_override_from_run_config(opus_server: OpusServer, tmp_path
     )
     assert result.success
     sources = metadata_of(result, "raw_pairs")["sources"]
-    assert {c["name"]: c["version"] for c in sources["corpora"]}["Tanzil"] == "v2"
+    assert {c["name"]: c["version"] for c in sources if c["kind"] == "opus"}["Tanzil"] == "v2"
     assert (tmp_path / "storage" / "cache" / "opus" / "Tanzil" / "v2" / "de-en.txt.zip").is_file()
 
 
@@ -297,9 +326,8 @@ def test_chinese_is_segmented_and_the_bundle_uses_jieba(
     # two worker processes (language ID, jieba, encoding): the parallel paths, and this
     # process's jieba stays untouched
     resources["compute"] = ComputeResource(device="cpu", threads=1, workers=2)
-    config = {"ops": {k: QUICK["ops"][k] for k in ("sentencepiece_model", "psp_model")}}
     result = materialize(
-        assets_named(*STAGES[:7]), partition_key="zh", resources=resources, run_config=config
+        assets_named(*STAGES[:7]), partition_key="zh", resources=resources, run_config=SMOKE
     )
     assert result.success
     assert metadata_of(result, "raw_pairs")["pairs_out"] == 320

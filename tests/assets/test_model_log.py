@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, materialize
 
+from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.stage import Stage, fingerprint
 from pipelines.definitions import defs
@@ -46,6 +47,7 @@ def materialize_model(root: str, *, force: bool = False, instance: DagsterInstan
             "storage": StorageResource(root=root),
             "compute": ComputeResource(device="cpu", threads=1, workers=1),
             "eval_data": EvaluationDataResource(eval_dir=str(Path(root) / "eval")),
+            "profile": ProfileResource(),
         },
         run_config=config,
         instance=instance,

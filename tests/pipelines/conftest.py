@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from assets.profiles import ProfileResource
 from assets.resources import (
     ComputeResource,
     EvaluationDataResource,
@@ -32,6 +33,8 @@ def loopback_resources(
         "langid": LanguageIdResource(),
         "compute": ComputeResource(device="cpu", threads=1, workers=1),
         "eval_data": EvaluationDataResource(eval_dir=str(eval_dir)),
+        # the paper's settings unless a run's config picks a profile (configs/smoke.yaml)
+        "profile": ProfileResource(),
     }
 
 

@@ -47,6 +47,7 @@ def dagster_env(work: Path, server: OpusServer, name: str = "") -> dict[str, str
 def write_config(path: Path, profile: str, *, epochs: int, in_process: bool) -> Path:
     """``configs/profile`` with ``epochs`` training epochs and the chosen executor."""
     config = yaml.safe_load((ROOT / "configs" / profile).read_text())
+    config.setdefault("ops", {}).setdefault("psp_model", {}).setdefault("config", {})
     config["ops"]["psp_model"]["config"]["epochs"] = epochs
     config["execution"] = {"config": {"in_process": {}} if in_process else {"multiprocess": {}}}
     path.write_text(yaml.safe_dump(config))

@@ -230,13 +230,13 @@ def test_materialize_one_language_partition_from_the_ui(dagster_ui: dict, browse
 def test_a_trained_language_shows_its_loss_picture_checks_and_progress(
     dagster_ui: dict, browser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """de trained with the quick profile (`dagster job execute` on the UI's instance): the
+    """de trained with the smoke profile (`dagster job execute` on the UI's instance): the
     model's page shows the loss curve as a picture, the checks their descriptions, and the
     run's log the training progress lines."""
     base, shots = dagster_ui["base"], artifacts_dir()
     command = [str(Path(sys.executable).with_name("dagster")), "job", "execute"]
     command += ["-m", "pipelines.definitions", "-j", "psp_language_job"]
-    command += ["--tags", '{"dagster/partition": "de"}', "-c", str(ROOT / "configs" / "quick.yaml")]
+    command += ["--tags", '{"dagster/partition": "de"}', "-c", str(ROOT / "configs" / "smoke.yaml")]
     done = subprocess.run(
         command, cwd=ROOT, env=dagster_ui["env"], capture_output=True, text=True, timeout=600
     )
@@ -247,9 +247,9 @@ def test_a_trained_language_shows_its_loss_picture_checks_and_progress(
     dismiss_community_dialog(browser)
     assert re.search(r"epochs\s+Show schema", page)  # the epochs table shows inline
     browser.save_screenshot(str(shots / "dagster-ui-model-page.png"))
-    # the pictures: one click on the loss_curve row opens them
+    # the pictures show inline (each value under the UI's 1,000-character limit): no click
     row = "//tr[td[normalize-space()='loss_curve']]"
-    browser.find_element(By.XPATH, f"{row}//*[contains(text(), 'Show Markdown')]").click()
+    assert not browser.find_elements(By.XPATH, f"{row}//*[contains(text(), 'Show Markdown')]")
     pictures = WebDriverWait(browser, 30, poll_frequency=1).until(
         lambda d: [
             img
@@ -260,6 +260,12 @@ def test_a_trained_language_shows_its_loss_picture_checks_and_progress(
     )
     assert pictures, "no rendered SVG picture on the psp_model page"
     browser.save_screenshot(str(shots / "dagster-ui-loss-curve.png"))
+
+    # the evaluation's suites are tables, inline
+    browser.get(f"{base}/assets/model_evaluation?view=partitions&partition=de")
+    page = wait_for_text(browser, r"tatoeba\s+Show schema", RUN_SECONDS)
+    assert re.search(r"sts\s+Show schema", page)
+    browser.save_screenshot(str(shots / "dagster-ui-evaluation.png"))
 
     browser.get(f"{base}/assets/psp_model?view=checks")
     wait_for_text(browser, r"model_weights_finite", RUN_SECONDS)

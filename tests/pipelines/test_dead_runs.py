@@ -140,12 +140,12 @@ def test_kill_9_during_training_does_not_block_the_next_run(tmp_path, monkeypatc
         env = dagster_env(tmp_path, server)
         home, storage = Path(env["DAGSTER_HOME"]), Path(env["PSP_STORAGE_ROOT"])
         logs = [tmp_path / f"{name}.log" for name in ("prepare", "a", "b")]
-        quick = write_config(tmp_path / "quick.yaml", "quick.yaml", epochs=1, in_process=True)
+        quick = write_config(tmp_path / "smoke.yaml", "smoke.yaml", epochs=1, in_process=True)
         quick_train = write_config(
-            tmp_path / "quick-train.yaml", "quick-train.yaml", epochs=1, in_process=True
+            tmp_path / "smoke-train.yaml", "smoke.yaml", epochs=1, in_process=True
         )
         endless = write_config(
-            tmp_path / "endless.yaml", "quick-train.yaml", epochs=100_000, in_process=False
+            tmp_path / "endless.yaml", "smoke.yaml", epochs=100_000, in_process=False
         )
         with Runs() as runs:
             prepare = runs.execute("psp_language_job", quick, env, logs[0])

@@ -117,7 +117,7 @@ def test_schedule_sensor_and_resources() -> None:
     assert repository.get_sensor_def("dead_run_sensor").default_status.value == "RUNNING"
     assert repository.get_job("psp_language_job").executor_def.name == "psp_executor"
     resources = set(repository.get_top_level_resources())
-    assert resources == {"storage", "opus", "paranmt", "langid", "compute", "eval_data"}
+    assert resources == {"storage", "opus", "paranmt", "langid", "compute", "eval_data", "profile"}
 
 
 def test_workspace_loads_the_definitions_module() -> None:

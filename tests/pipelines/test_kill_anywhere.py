@@ -1,6 +1,6 @@
 """``kill -9`` anywhere in a language's run, then run again: the same outputs, nothing left.
 
-One uninterrupted ``dagster job execute`` of the quick profile gives the reference. A second
+One uninterrupted ``dagster job execute`` of the smoke profile gives the reference. A second
 instance and storage root then sees its run killed (the whole process group, ``SIGKILL``) at a
 random moment of every stage in turn, each time started again, and finally run to the end,
 which must need no manual step: every data output byte-identical to the reference, the same
@@ -27,7 +27,7 @@ from tests.pipelines.dagster_cli import Runs, dagster_env, tail, wait_for, write
 
 STAGES = LANGUAGE_STAGES
 #: Files whose content records when or how fast (timings, dates), not what was computed.
-VOLATILE = {"manifest.json", "config.json", "results.json", "results.md"}
+VOLATILE = {"manifest.json", "config.json", "results.json", "results.md", "README.md"}
 #: Lock files of the training slot: flock targets that exist by design.
 KEPT_BETWEEN_RUNS = {".locks"}
 
@@ -58,7 +58,7 @@ def test_kill_9_at_random_points_of_every_stage_then_a_rerun_finishes_identicall
     server = OpusServer().start()
     try:
         publish_de(server, build_moses_zip)
-        config = write_config(tmp_path / "quick.yaml", "quick.yaml", epochs=2, in_process=True)
+        config = write_config(tmp_path / "smoke.yaml", "smoke.yaml", epochs=2, in_process=True)
         reference, faulty = dagster_env(tmp_path, server, "ref"), dagster_env(tmp_path, server, "f")
         logs = []
         with Runs() as runs:

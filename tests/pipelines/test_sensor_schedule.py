@@ -17,6 +17,9 @@ from pipelines.schedules import weekly_retrain_schedule
 from pipelines.sensors import new_bitext_sensor
 from tests.ops.opus_server import OpusServer, build_moses_zip
 
+#: the run config of automatic retraining runs (PSP_RETRAIN_PROFILE unset)
+PAPER = {"resources": {"profile": {"config": {"name": "paper"}}}}
+
 
 def publish(server: OpusServer, corpus: str, version: str, code: str) -> None:
     data = build_moses_zip(corpus, "en", code, ["one", "two"], ["eins", "zwei"])
@@ -67,7 +70,7 @@ def test_newer_opus_release_runs_only_that_language_once(
     first = tick(opus_server, tmp_path, None)
     assert [r.partition_key for r in first.run_requests] == ["de"]
     request = first.run_requests[0]
-    assert request.run_config == {
+    assert request.run_config == PAPER | {
         "ops": {"raw_pairs": {"config": {"opus_versions": {"Tanzil": "v2"}}}}
     }
     assert "Tanzil v2" in request.tags["psp/trigger"]
@@ -98,7 +101,7 @@ def test_inbox_files_run_their_language_and_keep_newer_releases(
     requests = {r.partition_key: r for r in second.run_requests}
     assert sorted(requests) == ["de", "fr"]
     assert "inbox" in requests["fr"].tags["psp/trigger"]
-    assert requests["fr"].run_config == {}
+    assert requests["fr"].run_config == PAPER  # automatic retraining: the paper's settings
     # de's inbox run keeps the newer Tanzil release the sensor already acted on
     assert requests["de"].run_config["ops"]["raw_pairs"]["config"]["opus_versions"] == {
         "Tanzil": "v2"

@@ -34,7 +34,7 @@ from psp_core.tokenizer import Tokenizer
 from tests.conftest import random_model
 from tests.psp_core.filesystems import fill_up, listing, tiny_tmpfs
 
-BUNDLE_FILES = {CONFIG_FILE, SPM_FILE, EMBEDDINGS_FILE}
+BUNDLE_FILES = {CONFIG_FILE, SPM_FILE, EMBEDDINGS_FILE, "README.md"}  # README.md: the model card
 
 
 @pytest.fixture(scope="module")

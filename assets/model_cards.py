@@ -1,0 +1,106 @@
+"""The pipeline's side of model cards and exports: what the card says about the data (from the
+upstream stages' manifests) and the run, the card rewritten into the bundle and every export,
+and the exports ``psp_model`` writes when its config asks for them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from assets.stage import Manifest, Stage, StageInputMissing
+from psp_core.bundle import read_config
+from psp_core.model_card import CardFacts, model_card, retarget_card, write_card
+
+#: the stages whose reports make the data funnel, in pipeline order
+FUNNEL_STAGES = (
+    "raw_pairs",
+    "langid_filtered_pairs",
+    "length_filtered_pairs",
+    "deduplicated_pairs",
+    "training_data",
+)
+EXPORTS_DIR = "exports"
+EXPORT_RECORD = "psp_export.json"
+log = logging.getLogger(__name__)
+
+
+def _sources(raw_record: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for part in raw_record.get("parts", []):
+        for name, report in (part.get("corpora") or {part["stage"]: part}).items():
+            rows.append(
+                {"source": name, "lines_read": report["n_in"], "pairs_kept": report["n_out"]}
+            )
+    return rows
+
+
+def card_facts(
+    stage: Stage, lang: str, model_record: dict[str, Any], evaluation_markdown: str | None = None
+) -> CardFacts:
+    """What the card of ``lang``'s model says, from the manifests under ``stage``'s root."""
+    funnel = []
+    for name in FUNNEL_STAGES:
+        try:
+            funnel.append((name, stage.upstream(name).record))
+        except StageInputMissing:
+            continue  # a stage trained on data prepared elsewhere
+    raw = dict(funnel).get("raw_pairs", {})
+    window = model_record.get("training_window") or [None, None]
+    return CardFacts(
+        name=f"psp-{lang}",
+        sources=_sources(raw),
+        funnel=[(name, record) for name, record in funnel if "n_in" in record],
+        training={
+            "seconds": model_record.get("seconds"),
+            "started": window[0],
+            "ended": window[1],
+        },
+        evaluation_markdown=evaluation_markdown,
+    )
+
+
+def export_dirs(model_manifest: Manifest) -> list[Path]:
+    """The export folders written beside ``model_manifest``'s bundle."""
+    root = model_manifest.output("bundle").parent / EXPORTS_DIR
+    return sorted(path for path in root.iterdir() if path.is_dir()) if root.is_dir() else []
+
+
+def refresh_model_card(model_manifest: Manifest, facts: CardFacts) -> None:
+    """Rewrite the card of the bundle and of each of its exports (each naming its library)."""
+    bundle = model_manifest.output("bundle")
+    text = model_card(read_config(bundle), facts)
+    write_card(bundle, text)
+    for directory in export_dirs(model_manifest):
+        record = directory / EXPORT_RECORD
+        if record.is_file():
+            library = json.loads(record.read_text())["format"]
+            write_card(directory, retarget_card(text, library))
+
+
+def _exported_fingerprint(directory: Path) -> str | None:
+    try:
+        return json.loads((directory / EXPORT_RECORD).read_text()).get("psp_fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None  # no export there, or a damaged one: export again
+
+
+def write_exports(model_manifest: Manifest, formats: Sequence[str]) -> dict[str, Path]:
+    """Each of ``formats`` exported under ``{model stage}/exports/{format}/``, unless an export
+    of this very model (its stage fingerprint) is there already."""
+    from psp_core.export import export_model
+
+    bundle = model_manifest.output("bundle")
+    written = {}
+    for format in formats:
+        target = bundle.parent / EXPORTS_DIR / format
+        if _exported_fingerprint(target) != model_manifest.fingerprint:
+            log.info("exporting %s as %s to %s", bundle, format, target)
+            target.parent.mkdir(exist_ok=True)
+            export_model(
+                bundle, format, target, record={"psp_fingerprint": model_manifest.fingerprint}
+            )
+        written[format] = target
+    return written
