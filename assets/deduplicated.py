@@ -89,7 +89,11 @@ def deduplicated_pairs(
             record["caps"] = caps_record
         if segment:
             segmented = segment_pairs(
-                deduplicated, final, cache_dir=storage.cache_dir(), workers=compute.worker_count()
+                deduplicated,
+                final,
+                cache_dir=storage.cache_dir(),
+                workers=compute.worker_count(),
+                segmenter=spec.pretokenizer,
             ).as_dict()
             deduplicated.unlink()
             record["seconds"] += segmented["seconds"]

@@ -137,13 +137,13 @@ def model_evaluation(
     metadata["missing"] = MetadataValue.text(", ".join(record["missing"]) or "nothing")
     metadata["dev_sts"] = MetadataValue.text(record["dev_sts"] or "none (no model selection)")
     if record["sts_mean"]:
-        metadata["sts_mean_pearson"] = MetadataValue.float(record["sts_mean"]["pearson"])
+        metadata["sts_mean_pearson"] = MetadataValue.float(round(record["sts_mean"]["pearson"], 2))
         metadata["sts_mean_over"] = MetadataValue.text(
             record["sts_mean_note"] or f"2012-2016, as the paper's {PAPER_STS_MEAN}"
         )
     for track, values in record["sts17"].items():
         dev = "_dev" if values["dev"] else ""  # the model-selection track: in no mean
-        metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(values["pearson"])
+        metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(round(values["pearson"], 2))
     if record["speed"]:
         metadata["speed"] = settings_table(record["speed"])
     return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))

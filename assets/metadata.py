@@ -44,7 +44,7 @@ def report_metadata(manifest: Manifest, report: Mapping[str, Any], output: str) 
         "pairs_out": MetadataValue.int(int(report["n_out"])),
         "pairs_dropped": MetadataValue.int(int(report["n_in"]) - int(report["n_out"])),
         "funnel": funnel_table(report),
-        "seconds": MetadataValue.float(float(report.get("seconds", 0.0))),
+        "seconds": MetadataValue.float(round(float(report.get("seconds", 0.0)), 1)),
     }
     metadata.update(common_metadata(manifest, output))
     return metadata

@@ -76,7 +76,7 @@ def sentencepiece_model(
             "vocab_size": MetadataValue.int(record["vocab_size"]),
             "requested_vocab_size": MetadataValue.int(record["settings"]["vocab_size"]),
             "sha256": MetadataValue.text(record["sha256"]),
-            "seconds": MetadataValue.float(record["seconds"]),
+            "seconds": MetadataValue.float(round(record["seconds"], 1)),
         }
     )
     return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))

@@ -1,6 +1,6 @@
-"""Chinese word segmentation (jieba) of both sides of a pair file.
+"""Chinese word segmentation (jieba or rjieba) of both sides of a pair file.
 
-The segmenter is ``psp_core.tokenizer.make_pretokenizer("jieba")``, the very function the
+The segmenter is ``psp_core.tokenizer.make_pretokenizer(name)``, the very function the
 model's tokenizer applies at inference, so the text sentencepiece is trained on is the text it
 will see. Both sides go through it (the model sees English through the same pre-tokenizer).
 jieba builds its prefix dictionary once and caches it in ``cache_dir``; it is pure Python
@@ -44,9 +44,19 @@ def configure_jieba(cache_dir: str | Path) -> Callable[[str], str]:
     return segment
 
 
-def _init_worker(cache_dir: str) -> None:
+def configure_segmenter(name: str, cache_dir: str | Path) -> Callable[[str], str]:
+    """The segmenter ``name`` (``jieba`` or ``rjieba``), ready to run."""
+    if name == "jieba":
+        return configure_jieba(cache_dir)
+    segment = make_pretokenizer(name)
+    if segment is None:
+        raise ValueError(f"pre-tokenizer {name!r} does not segment")
+    return segment
+
+
+def _init_worker(name: str, cache_dir: str) -> None:
     global _segment
-    _segment = configure_jieba(cache_dir)
+    _segment = configure_segmenter(name, cache_dir)
 
 
 def _segment_sides(columns: tuple[pa.Array, pa.Array]) -> tuple[pa.Array, pa.Array]:
@@ -65,14 +75,16 @@ def segment_pairs(
     cache_dir: str | Path,
     workers: int = 1,
     batch_size: int = DEFAULT_BATCH,
+    segmenter: str = "jieba",
 ) -> StageReport:
-    """Write ``input`` with both sides segmented by jieba (tokens joined by single spaces).
+    """Write ``input`` with both sides segmented by ``segmenter`` (``jieba`` or ``rjieba``; the
+    tokens joined by single spaces).
 
     Nothing is dropped; a ``score`` column is passed through. ``workers`` processes segment
     batches in parallel (1 = this process); the output keeps the input order.
     """
     _, src_lang, tgt_lang, has_score = pair_file_info(input)
-    report = StageReport("segment_jieba")
+    report = StageReport(f"segment_{segmenter}")
     with PairWriter(
         output, src_lang=src_lang, tgt_lang=tgt_lang, with_score=has_score, background=True
     ) as writer:
@@ -82,7 +94,7 @@ def segment_pairs(
             payload=pair_columns,
             workers=workers,
             initializer=_init_worker,
-            initargs=(str(cache_dir),),
+            initargs=(segmenter, str(cache_dir)),
         ):
             report.n_in += batch.num_rows
             columns = [src, tgt]

@@ -313,7 +313,7 @@ def test_every_stage_module_defines_one_asset() -> None:
     assert len(ASSET_MODULES) == len(STAGES) + 1  # and the scoreboard
 
 
-def test_chinese_is_segmented_and_the_bundle_uses_jieba(
+def test_chinese_is_segmented_and_the_bundle_records_its_segmenter(
     opus_server: OpusServer, tmp_path: Path
 ) -> None:
     corpora = [("OpenSubtitles", "v2018", "zh_cn"), ("Tanzil", "v1", "zh")]
@@ -331,9 +331,9 @@ def test_chinese_is_segmented_and_the_bundle_uses_jieba(
     )
     assert result.success
     assert metadata_of(result, "raw_pairs")["pairs_out"] == 320
-    assert metadata_of(result, "deduplicated_pairs")["pretokenizer"] == "jieba"
+    assert metadata_of(result, "deduplicated_pairs")["pretokenizer"] == "rjieba"
     pairs = list(iter_pairs(tmp_path / "storage" / "zh" / "deduplicated_pairs" / "pairs.parquet"))
-    assert pairs and all(" " in chinese for _, chinese in pairs)  # jieba put spaces in
+    assert pairs and all(" " in chinese for _, chinese in pairs)  # rjieba put spaces in
     model = load_model(tmp_path / "storage" / "zh" / "psp_model" / "model")
-    assert model.config.pretokenizer == "jieba"
+    assert model.config.pretokenizer == "rjieba"
     assert model.config.languages == ["en", "zh"]

@@ -59,3 +59,20 @@ def test_real_chinese_is_segmented(tmp_path: Path) -> None:
     # nearly every Chinese line splits into several words, and no character is lost
     assert sum(" " in t for t in segmented) > 0.95 * len(segmented)
     assert [t.replace(" ", "") for t in segmented] == [t.replace(" ", "") for _, t in pairs]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_rjieba_segments_like_its_pretokenizer_in_any_number_of_workers(
+    tmp_path: Path, workers: int
+) -> None:
+    pairs = [(f"line {i}", f"第{i}行，{PAIRS[i % 3][1]}") for i in range(100)]
+    source = write_pairs(tmp_path / "in.parquet", pairs)
+    output = tmp_path / "out.parquet"
+    report = segment_pairs(
+        source, output, cache_dir=tmp_path / "c", segmenter="rjieba", workers=workers
+    )
+    assert report.stage == "segment_rjieba" and report.n_out == 100
+    segment = make_pretokenizer("rjieba")
+    assert list(iter_pairs(output)) == [(segment(s), segment(t)) for s, t in pairs]
+    assert segment("我爱北京天安门") == "我 爱 北京 天安门"
+    assert not (tmp_path / "c" / CACHE_FILE).exists()  # jieba's cache is jieba's alone

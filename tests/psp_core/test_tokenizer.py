@@ -81,6 +81,20 @@ def test_jieba_pretokenizer_segments_chinese(spm_proto: bytes):
     assert chinese.normalize(["我爱北京天安门"]) == ["我 爱 北京 天安门"]
 
 
+def test_rjieba_pretokenizer_segments_chinese_and_is_recorded_in_the_bundle(spm_proto, tmp_path):
+    from psp_core import PSPModel, load_model
+    from psp_core.bundle import BundleConfig
+
+    chinese = Tokenizer(spm_proto, pretokenizer="rjieba")
+    assert chinese.normalize(["我爱北京天安门, Hello World"]) == ["我 爱 北京 天安门 , hello world"]
+    config = BundleConfig(
+        dim=4, vocab_size=chinese.vocab_size, spm_sha256=chinese.sha256, pretokenizer="rjieba"
+    )
+    table = np.ones((chinese.vocab_size, 4), dtype=np.float32)
+    bundle = PSPModel(chinese, table, config).save(tmp_path / "zh")
+    assert load_model(bundle).tokenizer.pretokenizer_name == "rjieba"
+
+
 def test_unknown_pretokenizer_is_refused(spm_proto: bytes):
     with pytest.raises(ValueError, match="unknown pre-tokenizer 'moses'"):
         Tokenizer(spm_proto, pretokenizer="moses")
