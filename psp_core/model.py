@@ -16,21 +16,35 @@ from psp_core.tokenizer import Tokenizer
 _TOKENIZE_BLOCK = 8192
 
 
+#: the embedding table's types in memory
+TABLE_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
 class PSPModel:
     """A trained P-SP model: a tokenizer and an embedding table.
 
     Use :func:`load_model` to read one from a bundle directory.
     """
 
-    def __init__(self, tokenizer: Tokenizer, embeddings: np.ndarray, config: BundleConfig):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        embeddings: np.ndarray,
+        config: BundleConfig,
+        *,
+        dtype: str = "float32",
+    ):
         if embeddings.shape != (tokenizer.vocab_size, config.dim):
             raise ValueError(
                 f"embedding table {embeddings.shape} does not fit vocabulary "
                 f"{tokenizer.vocab_size} x dim {config.dim}"
             )
+        if dtype not in TABLE_DTYPES:
+            raise ValueError(f"dtype must be one of {list(TABLE_DTYPES)}, got {dtype!r}")
         self.tokenizer = tokenizer
         self.config = config
-        self.weight = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+        self.dtype = dtype
+        self.weight = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype]))
 
     @property
     def dim(self) -> int:
@@ -41,7 +55,9 @@ class PSPModel:
         return self.config.vocab_size
 
     def save(self, directory: str | Path) -> Path:
-        return save_bundle(directory, self.weight.numpy(), self.tokenizer.model_proto, self.config)
+        """Write the model as a bundle (always float32: a float16 table is a loading choice)."""
+        table = self.weight.numpy().astype(np.float32, copy=False)
+        return save_bundle(directory, table, self.tokenizer.model_proto, self.config)
 
     @torch.inference_mode()
     def embed_ids(self, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -51,7 +67,7 @@ class PSPModel:
         result = F.embedding_bag(
             torch.from_numpy(ids), self.weight, torch.from_numpy(offsets[:-1]), mode="mean"
         )
-        return result.numpy()
+        return result.numpy().astype(np.float32, copy=False)
 
     def embed(
         self,
@@ -122,12 +138,15 @@ class PSPModel:
         return np.einsum("ij,ij->i", left, right).astype(np.float32)
 
 
-def load_model(path: str | Path, *, num_threads: int = 1) -> PSPModel:
+def load_model(path: str | Path, *, num_threads: int = 1, dtype: str = "float32") -> PSPModel:
     """Load a model bundle directory (validated; see :mod:`psp_core.bundle`).
 
     Args:
         path: the bundle directory.
         num_threads: sentencepiece threads used when tokenizing.
+        dtype: the embedding table in memory: ``"float32"`` (as stored) or ``"float16"`` (half
+            the memory and faster averaging; vectors are still returned as float32; the STS
+            change is measured in benchmarks/README.md).
     """
     config, spm_proto, embeddings = load_bundle(path)
     tokenizer = Tokenizer(
@@ -137,4 +156,4 @@ def load_model(path: str | Path, *, num_threads: int = 1) -> PSPModel:
         max_length=config.max_length,
         num_threads=num_threads,
     )
-    return PSPModel(tokenizer, embeddings, config)
+    return PSPModel(tokenizer, embeddings, config, dtype=dtype)

@@ -109,3 +109,21 @@ def test_embed_and_score_truncate_to_a_prefix(model, tmp_path, capsys) -> None:
         != 0
     )
     assert "--dim must be in" in capsys.readouterr().err
+
+
+def test_a_float16_table_halves_the_memory_and_keeps_the_vectors(model, tmp_path) -> None:
+    bundle = model.save(tmp_path / "bundle")
+    full = load_model(bundle)
+    half = load_model(bundle, dtype="float16")
+    assert half.weight.dtype == torch.float16
+    assert half.weight.element_size() * 2 == full.weight.element_size()
+    sentences = ["a cat sits on the mat", "the dog runs", ""]
+    a, b = full.embed(sentences), half.embed(sentences)
+    assert b.dtype == np.float32 and b.shape == a.shape
+    np.testing.assert_allclose(b, a, rtol=0, atol=2e-3 * np.abs(a).max())
+    assert not b[2].any()  # no pieces: still a zero vector
+    # saving a float16-loaded model writes the float32 bundle format
+    resaved = load_model(half.save(tmp_path / "again"))
+    assert resaved.weight.dtype == torch.float32
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        load_model(bundle, dtype="int8")
