@@ -43,7 +43,7 @@ def truncated(model: PSPModel, dim: int) -> PSPModel:
     """The model whose vectors are ``model``'s first ``dim`` dimensions."""
     if dim >= model.dim:
         return model
-    table = model.weight.numpy()[:, :dim]
+    table = model.weight.cpu().numpy()[:, :dim]
     config = BundleConfig(**{**vars(model.config), "dim": dim})
     return PSPModel(model.tokenizer, table, config)
 

@@ -75,7 +75,7 @@ def _chunks(iterator, size):
 def cmd_embed(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_file), "sentence file")
     output = check_output_file(args.output_file)
-    model = load_model(args.model, num_threads=args.threads, dtype=args.dtype)
+    model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
     dim = _checked_dim(args.dim, model)
     count = sum(1 for _ in read_lines(source))
     with replaced_when_done(output) as handle:
@@ -110,7 +110,7 @@ def _write_scores(handle, model, source: Path, batch_size: int, dim: int | None)
 def cmd_score(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_pair_file), "sentence pair file")
     output = check_output_file(args.output_file) if args.output_file else None
-    model = load_model(args.model, num_threads=args.threads, dtype=args.dtype)
+    model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
     _checked_dim(args.dim, model)
     if output:
         with replaced_when_done(output, "w") as handle:
@@ -341,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--batch-size", type=int, default=64)
     embed.add_argument("--normalize", action="store_true", help="unit-length vectors")
     embed.add_argument(
+        "--device",
+        default="auto",
+        help="where the averaging runs: auto (cuda when present), cpu, cuda, cuda:1, ...",
+    )
+    embed.add_argument(
         "--dtype",
         choices=["float32", "float16"],
         default="float32",
@@ -360,6 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output-file", help="default: standard output")
     score.add_argument("--batch-size", type=int, default=64)
     score.add_argument("--threads", type=int, default=1)
+    score.add_argument(
+        "--device",
+        default="auto",
+        help="where the averaging runs: auto (cuda when present), cpu, cuda, cuda:1, ...",
+    )
     score.add_argument(
         "--dtype",
         choices=["float32", "float16"],

@@ -33,6 +33,7 @@ class PSPModel:
         config: BundleConfig,
         *,
         dtype: str = "float32",
+        device: str | torch.device = "cpu",
     ):
         if embeddings.shape != (tokenizer.vocab_size, config.dim):
             raise ValueError(
@@ -44,7 +45,9 @@ class PSPModel:
         self.tokenizer = tokenizer
         self.config = config
         self.dtype = dtype
-        self.weight = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype]))
+        table = np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype])
+        self.device = torch.device(device)
+        self.weight = torch.from_numpy(table).to(self.device)
 
     @property
     def dim(self) -> int:
@@ -56,7 +59,7 @@ class PSPModel:
 
     def save(self, directory: str | Path) -> Path:
         """Write the model as a bundle (always float32: a float16 table is a loading choice)."""
-        table = self.weight.numpy().astype(np.float32, copy=False)
+        table = self.weight.cpu().numpy().astype(np.float32, copy=False)
         return save_bundle(directory, table, self.tokenizer.model_proto, self.config)
 
     @torch.inference_mode()
@@ -64,10 +67,12 @@ class PSPModel:
         """Mean embeddings of already tokenized sentences (flat ids + offsets)."""
         if len(offsets) <= 1:
             return np.zeros((0, self.dim), dtype=np.float32)
-        result = F.embedding_bag(
-            torch.from_numpy(ids), self.weight, torch.from_numpy(offsets[:-1]), mode="mean"
-        )
-        return result.numpy().astype(np.float32, copy=False)
+        ids_tensor, starts = torch.from_numpy(ids), torch.from_numpy(offsets[:-1])
+        if self.device.type != "cpu":
+            ids_tensor = ids_tensor.to(self.device, non_blocking=True)
+            starts = starts.to(self.device, non_blocking=True)
+        result = F.embedding_bag(ids_tensor, self.weight, starts, mode="mean")
+        return result.cpu().numpy().astype(np.float32, copy=False)
 
     def embed(
         self,
@@ -138,15 +143,23 @@ class PSPModel:
         return np.einsum("ij,ij->i", left, right).astype(np.float32)
 
 
-def load_model(path: str | Path, *, num_threads: int = 1, dtype: str = "float32") -> PSPModel:
+def load_model(
+    path: str | Path,
+    *,
+    num_threads: int = 1,
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> PSPModel:
     """Load a model bundle directory (validated; see :mod:`psp_core.bundle`).
 
     Args:
         path: the bundle directory.
         num_threads: sentencepiece threads used when tokenizing.
         dtype: the embedding table in memory: ``"float32"`` (as stored) or ``"float16"`` (half
-            the memory and faster averaging; vectors are still returned as float32; the STS
-            change is measured in benchmarks/README.md).
+            the memory; vectors are still returned as float32; speed and STS change are
+            measured in benchmarks/README.md).
+        device: where the table lives and the averaging runs: ``"cpu"``, ``"cuda"``,
+            ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU.
     """
     config, spm_proto, embeddings = load_bundle(path)
     tokenizer = Tokenizer(
@@ -156,4 +169,6 @@ def load_model(path: str | Path, *, num_threads: int = 1, dtype: str = "float32"
         max_length=config.max_length,
         num_threads=num_threads,
     )
-    return PSPModel(tokenizer, embeddings, config, dtype=dtype)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return PSPModel(tokenizer, embeddings, config, dtype=dtype, device=device)
