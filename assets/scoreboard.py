@@ -23,10 +23,18 @@ from assets.stage import read_manifest
 from ops.text_io import atomic_path
 from psp_core.evaluation import scoreboard_markdown, scoreboard_rows
 
-#: a language's evaluation was materialized since the last tick, and nothing upstream or of
-#: the scoreboard itself is running
+#: evaluations made before the automation's first tick (the daemon started after them): the
+#: scoreboard was never built while some language has an evaluation; fires on the tick it
+#: becomes true, not on every tick after
+_NEVER_BUILT_SINCE_EVALUATIONS = (
+    AutomationCondition.missing()
+    & AutomationCondition.any_deps_match(~AutomationCondition.missing())
+).newly_true()
+
+#: a language's evaluation was materialized since the last tick (or before the first one, with
+#: no scoreboard yet), and nothing upstream or of the scoreboard itself is running
 SCOREBOARD_REFRESH = (
-    AutomationCondition.any_deps_updated()
+    (AutomationCondition.any_deps_updated() | _NEVER_BUILT_SINCE_EVALUATIONS)
     & ~AutomationCondition.any_deps_in_progress()
     & ~AutomationCondition.in_progress()
 ).with_label("a language's evaluation is new")
