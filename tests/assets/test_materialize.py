@@ -1,5 +1,5 @@
 """dagster.materialize() of the real assets, per language partition, against a loopback OPUS
-server, a served ParaNMT zip and a generated evaluation directory, with the quick profile."""
+server, a served ParaNMT zip and a generated evaluation directory, with the smoke profile."""
 
 from __future__ import annotations
 

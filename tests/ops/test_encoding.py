@@ -110,7 +110,7 @@ def test_train_sentencepiece_from_pairs_uses_both_sides(tmp_path, toy):
 
 
 def test_a_vocabulary_too_small_for_the_script_is_raised_to_fit_its_characters(tmp_path, caplog):
-    """Chinese text has more characters than a small profile's vocabulary (quick.yaml's 500
+    """Chinese text has more characters than a small profile's vocabulary (the smoke profile's 500
     failed inside sentencepiece on zh): the vocabulary grows to fit them, with a warning."""
     rng = np.random.default_rng(0)
     characters = [chr(0x4E00 + i) for i in range(900)]  # 900 CJK ideographs
@@ -297,7 +297,7 @@ def test_an_encoding_error_reaches_the_caller_and_leaves_no_partial_file(
 
 @pytest.mark.real_data
 def test_the_quick_profile_vocabulary_trains_on_the_real_chinese_bitext(tmp_path):
-    """configs/quick.yaml's 500 pieces on the shared en-zh bitext, jieba-segmented as the
+    """the smoke profile's 500 pieces on the shared en-zh bitext, jieba-segmented as the
     chain does: sentencepiece needed about 1,700 for the characters and failed; now it fits."""
     import gzip
 
