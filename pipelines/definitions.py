@@ -31,7 +31,7 @@ from assets import (
 )
 from assets.resources import default_resources
 from pipelines.dead_run_sensor import dead_run_sensor
-from pipelines.executor import psp_executor
+from pipelines.executor import code_location_executor
 from pipelines.jobs import JOBS
 from pipelines.schedules import weekly_retrain_schedule
 from pipelines.sensors import new_bitext_sensor
@@ -65,5 +65,5 @@ defs = Definitions(
     schedules=[weekly_retrain_schedule],
     sensors=[new_bitext_sensor, dead_run_sensor, scoreboard_automation],
     resources=default_resources(),
-    executor=psp_executor,
+    executor=code_location_executor(),
 )

@@ -131,3 +131,24 @@ psp_executor = ExecutorDefinition(
         "fails runs whose worker process died on this host and frees their pool slots."
     ),
 )
+
+
+def code_location_executor() -> ExecutorDefinition:
+    """The executor of every job: :data:`psp_executor`, or with ``PSP_EXECUTOR=k8s`` (the
+    Kubernetes deployment in ``deploy/``) dagster-k8s's ``k8s_job_executor``, a pod per step
+    with the run launcher's image, environment and volumes (the storage root's shared volume).
+    There the dead-run watch is the cluster's: Kubernetes restarts or fails the pods."""
+    import os
+
+    choice = os.environ.get("PSP_EXECUTOR", "").strip() or "default"
+    if choice == "default":
+        return psp_executor
+    if choice == "k8s":
+        try:
+            from dagster_k8s import k8s_job_executor
+        except ImportError as error:
+            raise ImportError(
+                "PSP_EXECUTOR=k8s needs dagster-k8s: pip install -e '.[k8s]'"
+            ) from error
+        return k8s_job_executor
+    raise ValueError(f"PSP_EXECUTOR={choice!r}: expected k8s, or unset for the default executor")
