@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run ui test lint bench clean
+.PHONY: install run ui test lint bench clean cluster-e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ ui: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The cluster path for real on this machine (README "Cluster"): PostgreSQL, Redis, Celery workers,
+# the daemon and a code server; a two-language backfill with faults; a JSON summary as last line.
+cluster-e2e: $(STAMP)
+	scripts/system_packages.sh postgresql redis-server
+	$(PY) scripts/cluster_e2e.py $(CLUSTER_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

@@ -27,6 +27,7 @@ from dagster import (
     ExecutorDefinition,
     Field,
     multi_or_in_process_executor,
+    multiple_process_executor_requirements,
 )
 from dagster._core.events import DagsterEvent
 
@@ -133,16 +134,47 @@ psp_executor = ExecutorDefinition(
 )
 
 
+def _create_celery(init_context) -> Executor:
+    from pipelines.celery_executor import create_executor
+
+    return DeadRunWatchingExecutor(create_executor(init_context))
+
+
+def celery_executor_definition() -> ExecutorDefinition:
+    """:mod:`pipelines.celery_executor` (dagster-celery's executor with a watch for lost
+    workers) plus the dead-run watch for the run worker itself."""
+    try:
+        from pipelines.celery_executor import CONFIG_SCHEMA
+    except ImportError as error:
+        raise ImportError(
+            "PSP_EXECUTOR=celery needs dagster-celery: pip install -e '.[cluster]'"
+        ) from error
+    return ExecutorDefinition(
+        name="psp_celery_executor",
+        config_schema=CONFIG_SCHEMA,
+        requirements=multiple_process_executor_requirements(),
+        executor_creation_fn=_create_celery,
+        description=(
+            "Each step on a Celery worker (dagster-celery); a step whose worker died is retried "
+            "on another one. Broker: $PSP_CELERY_BROKER."
+        ),
+    )
+
+
 def code_location_executor() -> ExecutorDefinition:
-    """The executor of every job: :data:`psp_executor`, or with ``PSP_EXECUTOR=k8s`` (the
-    Kubernetes deployment in ``deploy/``) dagster-k8s's ``k8s_job_executor``, a pod per step
-    with the run launcher's image, environment and volumes (the storage root's shared volume).
-    There the dead-run watch is the cluster's: Kubernetes restarts or fails the pods."""
+    """The executor of every job, chosen by ``PSP_EXECUTOR``: unset, :data:`psp_executor`;
+    ``celery``, :func:`celery_executor_definition` (steps on Celery workers, the ``cluster``
+    extra; ``scripts/cluster_e2e.py`` runs it); ``k8s`` (the Kubernetes deployment in
+    ``deploy/``), dagster-k8s's ``k8s_job_executor``, a pod per step with the run launcher's
+    image, environment and volumes (the storage root's shared volume). There the dead-run watch
+    is the cluster's: Kubernetes restarts or fails the pods."""
     import os
 
     choice = os.environ.get("PSP_EXECUTOR", "").strip() or "default"
     if choice == "default":
         return psp_executor
+    if choice == "celery":
+        return celery_executor_definition()
     if choice == "k8s":
         try:
             from dagster_k8s import k8s_job_executor
@@ -151,4 +183,6 @@ def code_location_executor() -> ExecutorDefinition:
                 "PSP_EXECUTOR=k8s needs dagster-k8s: pip install -e '.[k8s]'"
             ) from error
         return k8s_job_executor
-    raise ValueError(f"PSP_EXECUTOR={choice!r}: expected k8s, or unset for the default executor")
+    raise ValueError(
+        f"PSP_EXECUTOR={choice!r}: expected celery or k8s, or unset for the default executor"
+    )

@@ -1,0 +1,45 @@
+"""A job for the Celery executor tests (``tests/pipelines/test_celery.py``), importable by the
+workers: one op whose first attempt records where it runs and then waits to be killed, and whose
+next attempt finishes at once, then an op downstream of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from dagster import Definitions, job, op
+
+from pipelines.executor import celery_executor_definition
+
+
+def _attempts_dir() -> Path:
+    return Path(os.environ["PSP_TEST_ATTEMPTS"])
+
+
+@op
+def long_step() -> int:
+    """First attempt: write ``attempt-1.json`` (worker, pid) and sleep; later attempts return."""
+    attempts = sorted(_attempts_dir().glob("attempt-*.json"))
+    record = {"worker": os.environ.get("PSP_TEST_WORKER", "?"), "pid": os.getpid()}
+    record["host"] = socket.gethostname()
+    path = _attempts_dir() / f"attempt-{len(attempts) + 1}.json"
+    path.write_text(json.dumps(record))
+    if not attempts:
+        time.sleep(120)  # killed before this ends
+    return len(attempts) + 1
+
+
+@op
+def after(attempt: int) -> int:
+    return attempt
+
+
+@job(executor_def=celery_executor_definition())
+def lost_worker_job() -> None:
+    after(long_step())
+
+
+defs = Definitions(jobs=[lost_worker_job])
