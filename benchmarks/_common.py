@@ -184,8 +184,10 @@ def spm_model(
     lang: str = "de",
     max_pairs: int | None = None,
     character_coverage: float = 0.995,
+    pretokenizer: str = "none",
 ) -> tuple[Path, dict]:
-    """Train (or reuse the cached) unigram model on the lowercased en-XX bitext.
+    """Train (or reuse the cached) unigram model on the lowercased en-XX bitext (the XX side
+    segmented by ``pretokenizer`` first, as ``psp_core.Tokenizer`` does for Chinese).
 
     Returns the model path and a description (cache hit, training seconds, actual vocab size).
     """
@@ -194,18 +196,23 @@ def spm_model(
     tag = f"spm-en-{lang}-unigram-v{vocab_size}-cc{character_coverage}"
     if max_pairs is not None:
         tag += f"-first{max_pairs}"
+    if pretokenizer != "none":
+        tag += f"-{pretokenizer}"
     path = results_dir / f"{tag}.model"
     info: dict = {"path": str(path), "requested_vocab_size": vocab_size, "lang": lang}
     if path.is_file():
         info["cached"] = True
     else:
+        from psp_core.tokenizer import make_pretokenizer
+
         english, other = read_bitext(data_dir, lang, max_pairs)
+        segment = make_pretokenizer(pretokenizer) or (lambda text: text)
 
         def sentences() -> Iterator[str]:
             for line in english:
                 yield line.lower()
             for line in other:
-                yield line.lower()
+                yield segment(line.lower())
 
         log.info(
             "training sentencepiece unigram model, vocab %d, on %d lowercased sentences "

@@ -36,8 +36,11 @@ from pathlib import Path
 import _common
 import numpy as np
 
-TARGET_WITH_TOKENIZATION = 60_000
+TARGET_WITH_TOKENIZATION = 150_000
 TARGET_WITHOUT_TOKENIZATION = 200_000
+TARGET_VS_REFERENCE = 10.0
+TARGET_ZH = 30_000
+ZH_SENTENCES = 20_000
 
 log = _common.log
 
@@ -82,6 +85,40 @@ def timed(function, repeats: int, items: int) -> tuple[dict, object]:
         times.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu_started)
     return _common.summarize_times(times, items, cpu), result
+
+
+def reference_style(processor, table: np.ndarray, sentences: list[str], batch_size: int = 32):
+    """The reference code's way (``embed_sentences.py``'s ``batcher``, without Moses
+    tokenization): per sentence, lowercase, ``EncodeAsPieces``, join and split, look each piece
+    up in a piece -> id dict; pad the batch of 32 to its longest sentence; an ``nn.Embedding``
+    lookup, masked sum divided by the lengths."""
+    import torch
+
+    vocab = {processor.IdToPiece(i): i for i in range(processor.GetPieceSize())}
+    unk = processor.unk_id()
+    embedding = torch.nn.Embedding.from_pretrained(torch.from_numpy(table))
+
+    def run() -> np.ndarray:
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(sentences), batch_size):
+                id_lists = []
+                for sentence in sentences[start : start + batch_size]:
+                    pieces = " ".join(processor.EncodeAsPieces(sentence.lower())).split()
+                    id_lists.append([vocab.get(piece, unk) for piece in pieces] or [unk])
+                lengths = [len(ids) for ids in id_lists]
+                x = np.zeros((len(id_lists), max(lengths)), dtype=np.int64)
+                mask = np.zeros((len(id_lists), max(lengths)), dtype=np.float32)
+                for i, ids in enumerate(id_lists):
+                    x[i, : len(ids)] = ids
+                    mask[i, : len(ids)] = 1.0
+                vectors = (embedding(torch.from_numpy(x)) * torch.from_numpy(mask)[:, :, None]).sum(
+                    1
+                )
+                out.append((vectors / torch.tensor(lengths, dtype=torch.float32)[:, None]).numpy())
+        return np.vstack(out)
+
+    return run
 
 
 def profile_embed(model, sentences: list[str], batch_size: int, top: int = 25) -> dict:
@@ -139,6 +176,12 @@ def measure(
     model.embed(sentences, batch_size=bs)  # warm-up
     with_tok, reference = timed(lambda: model.embed(sentences, batch_size=bs), args.repeats, n)
     log.info("  with tokenization:    best %.0f/s", with_tok["best_per_s"])
+    # the same call with every sentence through sentencepiece (no word cache): the baseline of
+    # psp_core/word_pieces.py in this run
+    plain = PSPModel(Tokenizer(proto, num_threads=threads, word_cache_size=0), table, config)
+    plain.embed(sentences, batch_size=bs)
+    no_cache, plain_out = timed(lambda: plain.embed(sentences, batch_size=bs), args.repeats, n)
+    log.info("  ... without the word cache: best %.0f/s", no_cache["best_per_s"])
 
     tokens = tokenizer.encode(sorted_sentences)
     ids, offsets = tokens.ids, tokens.offsets
@@ -188,12 +231,39 @@ def measure(
         spm_stats["best_per_s"],
     )
 
-    # the three ways must give the same vectors
-    same = np.allclose(reference[order], pretokenized, atol=1e-5) and np.allclose(
-        pretokenized, naive_out, atol=1e-4
+    extra: dict = {}
+    if threads == 1:
+        run_reference = reference_style(tokenizer.processor, table, sentences)
+        extra["reference_style"], reference_out = timed(run_reference, args.naive_repeats, n)
+        extra["speedup_vs_reference_style_with_tokenization"] = round(
+            with_tok["median_per_s"] / extra["reference_style"]["median_per_s"], 2
+        )
+        log.info("  reference-style:      best %.0f/s", extra["reference_style"]["best_per_s"])
+        agree_reference = np.allclose(reference, reference_out, atol=1e-4)
+        for dim in (256, 64):
+            model.embed(sentences, batch_size=bs, dim=dim)
+            extra[f"with_tokenization_dim_{dim}"], _ = timed(
+                lambda dim=dim: model.embed(sentences, batch_size=bs, dim=dim), args.repeats, n
+            )
+        half = PSPModel(tokenizer, table, config, dtype="float16")
+        half.embed(sentences, batch_size=bs)
+        extra["with_tokenization_float16"], _ = timed(
+            lambda: half.embed(sentences, batch_size=bs), args.repeats, n
+        )
+    else:
+        agree_reference = True
+
+    # every way must give the same vectors
+    same = (
+        np.allclose(reference[order], pretokenized, atol=1e-5)
+        and np.allclose(pretokenized, naive_out, atol=1e-4)
+        and np.array_equal(reference, plain_out)
+        and agree_reference
     )
     record = {
         "with_tokenization": with_tok,
+        "with_tokenization_without_word_cache": no_cache,
+        **extra,
         "without_tokenization": without_tok,
         "naive_numpy": naive_stats,
         "tokenize_only": tok_stats,
@@ -204,6 +274,43 @@ def measure(
         "mean_pieces_per_sentence": round(len(ids) / n, 2),
     }
     return record, bool(same)
+
+
+def measure_zh(args: argparse.Namespace, table: np.ndarray) -> dict | None:
+    """1 thread, Chinese: the zh side of the shared bitext (the first ``ZH_SENTENCES`` lines)
+    through a model whose sentencepiece was trained on rjieba-segmented text, as the zh models
+    are; with tokenization (rjieba segmentation included) and the tokenization alone."""
+    if _common.require_data(args.data_dir, "bitext", "en-zh") is None:
+        return None
+    import torch
+
+    from psp_core import BundleConfig, PSPModel, Tokenizer
+
+    _, chinese = _common.read_bitext(args.data_dir, "zh", ZH_SENTENCES)
+    spm_path, info = _common.spm_model(
+        args.data_dir,
+        args.results_dir,
+        vocab_size=args.vocab_size,
+        lang="zh",
+        max_pairs=args.spm_max_pairs,
+        pretokenizer="rjieba",
+    )
+    torch.set_num_threads(1)
+    tokenizer = Tokenizer(spm_path.read_bytes(), num_threads=1, pretokenizer="rjieba")
+    vocab = tokenizer.vocab_size
+    config = BundleConfig(dim=args.dim, vocab_size=vocab, spm_sha256=tokenizer.sha256)
+    model = PSPModel(tokenizer, np.ascontiguousarray(table[:vocab]), config)
+    model.embed(chinese, batch_size=args.batch_size)
+    with_tok, _ = timed(lambda: model.embed(chinese, batch_size=args.batch_size), args.repeats,
+                        len(chinese))  # fmt: skip
+    segment_only, _ = timed(lambda: tokenizer.normalize(chinese), args.repeats, len(chinese))
+    log.info("zh: with tokenization best %.0f/s", with_tok["best_per_s"])
+    return {
+        "sentences": len(chinese),
+        "spm": info,
+        "with_tokenization": with_tok,
+        "rjieba_segmentation_only": segment_only,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         per_threads[str(threads)] = record
         agree = agree and same
 
+    zh = measure_zh(args, table)
+
     targets: dict = {}
     one = per_threads.get("1")
     if one is not None:
@@ -260,6 +369,21 @@ def main(argv: list[str] | None = None) -> int:
                 >= TARGET_WITHOUT_TOKENIZATION,
             },
         }
+        speedup = one["speedup_vs_reference_style_with_tokenization"]
+        targets["vs_reference_style_with_tokenization_1_thread"] = {
+            "target_ratio": TARGET_VS_REFERENCE,
+            "median_ratio": speedup,
+            "passed_best": speedup >= TARGET_VS_REFERENCE,
+            "passed_median": speedup >= TARGET_VS_REFERENCE,
+        }
+        if zh is not None:
+            targets["zh_with_tokenization_1_thread"] = {
+                "target_per_s": TARGET_ZH,
+                "best_per_s": zh["with_tokenization"]["best_per_s"],
+                "median_per_s": zh["with_tokenization"]["median_per_s"],
+                "passed_best": zh["with_tokenization"]["best_per_s"] >= TARGET_ZH,
+                "passed_median": zh["with_tokenization"]["median_per_s"] >= TARGET_ZH,
+            }
         missed = not all(t["passed_best"] for t in targets.values())
         if args.profile == "always" or (args.profile == "auto" and missed):
             torch.set_num_threads(1)
@@ -285,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             "spm": spm_info,
         },
         "results": per_threads,
+        "zh": zh,
         "outputs_agree": agree,
         "targets": targets,
         "all_targets_passed": bool(targets) and all(t["passed_best"] for t in targets.values()),

@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +37,18 @@ import numpy as np
 
 from psp_core.bundle import load_bundle
 from psp_core.model_card import CARD_FILE, model_card, retarget_card
+from psp_core.spm_spec import (
+    _MODEL_TYPES,
+    _NORMAL,
+    _UNIGRAM,
+    _UNKNOWN,
+    _USER_DEFINED,
+    SentencePieceSpec,
+    SpecError,
+)
 
 FORMATS = ("sentence-transformers", "model2vec")
 
-# sentencepiece_model.proto numbers (ModelProto, SentencePiece, TrainerSpec, NormalizerSpec)
-_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
-_UNIGRAM = 1
-_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
 # Pieces that sentencepiece never matches in text get a name no pre-tokenized text can contain
 # (the Metaspace pre-tokenizer turns every space into "▁"), so the Unigram model cannot match them
 _UNMATCHABLE_SUFFIX = " (psp: not matched in text)"
@@ -55,87 +58,11 @@ class ExportError(ValueError):
     """A bundle cannot be exported (faithfully) to the requested format."""
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes) -> dict[int, list[Any]]:
-    """Decode one protobuf message's fields: ``{number: [values]}`` (bytes for length-delimited,
-    int for varint, the raw 4 or 8 bytes for fixed-width). Enough for sentencepiece's model."""
-    result: dict[int, list[Any]] = {}
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 1:
-            value, pos = data[pos : pos + 8], pos + 8
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            value, pos = data[pos : pos + length], pos + length
-        elif wire == 5:
-            value, pos = data[pos : pos + 4], pos + 4
-        else:
-            raise ExportError(f"sentencepiece model: unsupported protobuf wire type {wire}")
-        result.setdefault(number, []).append(value)
-    return result
-
-
-@dataclass
-class SentencePieceSpec:
-    """What the export needs from a serialized sentencepiece model."""
-
-    pieces: list[tuple[str, float, int]]  # (piece, score, type)
-    model_type: int = _UNIGRAM
-    byte_fallback: bool = False
-    treat_whitespace_as_suffix: bool = False
-    split_digits: bool = False
-    precompiled_charsmap: bytes = b""
-    normalizer_name: str = ""
-    add_dummy_prefix: bool = True
-    remove_extra_whitespaces: bool = True
-    escape_whitespaces: bool = True
-    unk_id: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, proto: bytes) -> SentencePieceSpec:
-        try:
-            model = _fields(proto)
-            pieces = []
-            for raw in model.get(1, []):
-                piece = _fields(raw)
-                score = struct.unpack("<f", piece[2][-1])[0] if 2 in piece else 0.0
-                pieces.append((piece[1][-1].decode("utf-8"), score, piece.get(3, [_NORMAL])[-1]))
-            trainer = _fields(model[2][-1]) if 2 in model else {}
-            normalizer = _fields(model[3][-1]) if 3 in model else {}
-        except (IndexError, KeyError, UnicodeDecodeError, struct.error) as error:
-            raise ExportError(f"cannot read the sentencepiece model ({error!r})") from error
-
-        def flag(message: dict[int, list[Any]], number: int, default: bool) -> bool:
-            return bool(message[number][-1]) if number in message else default
-
-        return cls(
-            pieces=pieces,
-            model_type=trainer.get(3, [_UNIGRAM])[-1],
-            byte_fallback=flag(trainer, 35, False),
-            treat_whitespace_as_suffix=flag(trainer, 24, False),
-            split_digits=flag(trainer, 25, False),
-            precompiled_charsmap=normalizer.get(2, [b""])[-1],
-            normalizer_name=normalizer.get(1, [b""])[-1].decode("utf-8", "replace"),
-            add_dummy_prefix=flag(normalizer, 3, True),
-            remove_extra_whitespaces=flag(normalizer, 4, True),
-            escape_whitespaces=flag(normalizer, 5, True),
-            unk_id=next((i for i, p in enumerate(pieces) if p[2] == _UNKNOWN), 0),
-        )
+def _spec(spm_proto: bytes) -> SentencePieceSpec:
+    try:
+        return SentencePieceSpec.parse(spm_proto)
+    except SpecError as error:
+        raise ExportError(str(error)) from error
 
 
 def _unsupported(spec: SentencePieceSpec, pretokenizer: str) -> list[str]:
@@ -171,7 +98,7 @@ def build_tokenizer(spm_proto: bytes, *, lowercase: bool = True, max_length: int
     from tokenizers import Regex, normalizers, pre_tokenizers
     from tokenizers.models import Unigram
 
-    spec = SentencePieceSpec.parse(spm_proto)
+    spec = _spec(spm_proto)
     problems = _unsupported(spec, "none")
     if problems:
         raise ExportError("cannot export: " + "; ".join(problems))
@@ -229,7 +156,7 @@ def export_model(
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; expected one of {list(FORMATS)}")
     config, spm_proto, embeddings = load_bundle(bundle_dir)
-    spec = SentencePieceSpec.parse(spm_proto)
+    spec = _spec(spm_proto)
     problems = _unsupported(spec, config.pretokenizer)
     if problems:
         raise ExportError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import sentencepiece as spm
 
 from psp_core.csr import TokenBatch
+from psp_core.word_pieces import WordPieceCache, word_independent
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,9 @@ class Tokenizer:
         max_length: keep at most this many pieces per sentence (the reference code's 100; 0 = no
             limit).
         num_threads: sentencepiece threads for batch encoding (``-1``: its default).
+        word_cache_size: the most distinct words whose pieces are kept
+            (:class:`~psp_core.word_pieces.WordPieceCache`, about 250 bytes each; 0 turns the
+            cache off and sends every sentence to sentencepiece).
     """
 
     def __init__(
@@ -135,6 +140,7 @@ class Tokenizer:
         pretokenizer: str = "none",
         max_length: int = 100,
         num_threads: int = 1,
+        word_cache_size: int = 500_000,
     ) -> None:
         self.processor = spm.SentencePieceProcessor()
         try:
@@ -149,6 +155,13 @@ class Tokenizer:
         self.max_length = max_length
         self.num_threads = num_threads
         self.unk_id = self.processor.unk_id()
+        # the same ids as Encode, about twice as fast on short sentences (psp_core/word_pieces.py)
+        self._words_lock = threading.Lock()
+        self._words = (
+            WordPieceCache(self.processor, max_words=word_cache_size)
+            if word_cache_size > 0 and word_independent(model_proto)
+            else None
+        )
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> Tokenizer:
@@ -175,7 +188,11 @@ class Tokenizer:
         """Encode ``sentences`` to a cleaned :class:`TokenBatch` (input order kept)."""
         if not sentences:
             return TokenBatch.empty()
-        id_lists = self.processor.Encode(
-            self.normalize(sentences), out_type=int, num_threads=self.num_threads
-        )
-        return clean_ids(flatten_id_lists(id_lists), self.unk_id, self.max_length)
+        texts = self.normalize(sentences)
+        if self._words is not None:
+            with self._words_lock:
+                batch = self._words.encode(texts)
+        else:
+            id_lists = self.processor.Encode(texts, out_type=int, num_threads=self.num_threads)
+            batch = flatten_id_lists(id_lists)
+        return clean_ids(batch, self.unk_id, self.max_length)

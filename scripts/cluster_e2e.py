@@ -393,6 +393,9 @@ def main() -> int:
     # under root the PostgreSQL server runs as the postgres user: it must reach the folder
     work = args.keep or Path(tempfile.mkdtemp(prefix="psp-cluster-e2e-"))
     work.chmod(0o711)
+    # Ctrl-C and SIGTERM stop the cluster (also when started with SIGINT ignored, as background
+    # jobs of a shell are)
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     summary: dict = {
         "storage": "postgres",

@@ -52,7 +52,13 @@ def _run(arguments: list[str], work: Path, interrupt_after: str | None = None):
     (exit status, stdout lines, {service: pid})."""
     command = [sys.executable, str(ROOT / "scripts" / "cluster_e2e.py"), "--keep", str(work)]
     process = subprocess.Popen(
-        command + arguments, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command + arguments,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # a test run started in the background ignores SIGINT, and children inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines, pids = [], {}
     deadline = time.monotonic() + 300

@@ -22,6 +22,10 @@ EXIT_SECONDS = 10
 pytestmark = pytest.mark.slow
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -51,6 +55,9 @@ def test_make_ui_starts_without_warnings_and_stops_on_ctrl_c(tmp_path: Path) -> 
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # as from a terminal: a test run started in the background (SIGINT ignored, which
+            # children inherit) must not make make deaf to the Ctrl-C below
+            preexec_fn=_default_sigint,
         )
     try:
         deadline = time.monotonic() + STARTUP_SECONDS

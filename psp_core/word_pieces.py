@@ -1,0 +1,207 @@
+"""Sentencepiece ids through a cache of each distinct word's pieces, identical to ``Encode``.
+
+A unigram model that splits on whitespace (sentencepiece's default) segments a sentence word by
+word: no piece crosses a space, so the best segmentation of the sentence is the best of each word,
+one after the other. Encoding each distinct word once and reusing its ids is therefore exact, with
+two exceptions this module detects and sends to sentencepiece whole:
+
+* **near ties**: sentencepiece's Viterbi adds piece scores from the start of the sentence, so when
+  a word's two best segmentations score within :data:`TIE_GAP` of each other (``neiiiiin``:
+  several equal ways to split a run of letters), rounding can pick the other one inside a
+  sentence. Such a word is marked unsafe (sentencepiece's 2-best list tells), and a sentence that
+  contains one is encoded by sentencepiece;
+* **whitespace the two disagree on**: a sentence with a character that Python's ``str.split``
+  takes for whitespace but sentencepiece's normalization does not turn into a space (or the other
+  way round, among the characters :func:`_whitespace_hazards` checks) is encoded by sentencepiece.
+
+Anything else about the model that could break word independence (no whitespace splitting,
+whitespace as a suffix, no dummy prefix, extra whitespace kept, user-defined pieces) turns the
+cache off for that model (:func:`word_independent`). ``tests/psp_core/test_word_pieces.py``
+checks the ids against ``Encode`` on every sentence of the shared data.
+
+A word's ids live in one growing CSR table (ids + offsets), a batch's words are looked up with one
+dict access each, and the batch's ids are gathered with numpy: no per-piece Python work. The cache
+holds at most ``max_words`` words (then it is emptied and refilled, so memory stays bounded on an
+endless stream of new words).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Sequence
+from itertools import chain, repeat
+
+import numpy as np
+
+from psp_core.csr import TokenBatch
+from psp_core.spm_spec import _UNIGRAM, _USER_DEFINED, SentencePieceSpec
+
+#: a word whose two best segmentations score closer than this may segment differently inside a
+#: sentence (float rounding of the running Viterbi score): such words go to sentencepiece
+TIE_GAP = 1e-3
+
+#: the word that separates texts in one joined string (a control character: never a word of
+#: natural text; a text that holds it alone is handled apart)
+_SEPARATOR = "\x01"
+_JOINER = f" {_SEPARATOR} "
+
+
+def word_independent(model_proto: bytes) -> bool:
+    """Whether the sentencepiece model (its serialized bytes) segments each whitespace-separated
+    word on its own: a unigram model that splits on whitespace, with a dummy prefix, extra
+    whitespace removed, and no user-defined pieces (which may match across words)."""
+    spec = SentencePieceSpec.parse(model_proto)
+    return (
+        spec.model_type == _UNIGRAM
+        and spec.split_by_whitespace
+        and not spec.treat_whitespace_as_suffix
+        and not spec.allow_whitespace_only_pieces
+        and spec.add_dummy_prefix
+        and spec.remove_extra_whitespaces
+        and not any(kind == _USER_DEFINED for _, _, kind in spec.pieces)
+    )
+
+
+@functools.cache
+def _python_whitespace() -> list[str]:
+    return [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+
+
+def _whitespace_hazards(processor) -> str:
+    """Characters on which ``str.split`` and sentencepiece's normalization disagree: Python
+    whitespace that sentencepiece does not turn into a space, and characters that are not Python
+    whitespace but that sentencepiece turns into one on its own (between two letters)."""
+    hazards = []
+    candidates = _python_whitespace() + ["\u200b", "\u2060", "\ufeff", "\u180e", "\u00ad"]
+    split = processor.normalize("a b")
+    for char in candidates:
+        splits = processor.normalize(f"a{char}b") == split
+        if splits != char.isspace():
+            hazards.append(char)
+    return "".join(hazards)
+
+
+class WordPieceCache:
+    """Encode lowercased (and pre-tokenized) texts to sentencepiece ids, word by word.
+
+    ``encode`` returns the same ids as ``processor.Encode(texts, out_type=int)``, flattened.
+    """
+
+    def __init__(self, processor, max_words: int = 2_000_000) -> None:
+        self.processor = processor
+        self.max_words = max_words
+        hazards = _whitespace_hazards(processor)
+        self._hazard = re.compile(f"[{re.escape(hazards)}]") if hazards else None
+        self._clear()
+
+    def _clear(self) -> None:
+        # row 0 is the separator between texts (no pieces); see encode
+        self._index: dict[str, int] = {_SEPARATOR: 0}
+        self._starts: list[int] = [0]
+        self._lengths: list[int] = [0]
+        self._unsafe: list[bool] = [False]
+        self._flat: list[int] = []
+        self._arrays = None  # numpy copies of the lists above, refreshed after new words
+
+    def __len__(self) -> int:
+        return len(self._index) - 1
+
+    def _add(self, words: list[str]) -> None:
+        """Encode ``words`` (new, distinct) and append them to the table."""
+        id_lists = self.processor.Encode(words, out_type=int)
+        for word, ids in zip(words, id_lists, strict=True):
+            self._index[word] = len(self._starts)
+            self._starts.append(len(self._flat))
+            self._lengths.append(len(ids))
+            self._flat.extend(ids)
+            self._unsafe.append(len(ids) > 1 and self._near_tie(word))
+        self._arrays = None
+
+    def _near_tie(self, word: str) -> bool:
+        best = self.processor.NBestEncodeAsProto(word, 2).nbests
+        return len(best) > 1 and abs(best[0].score - best[1].score) < TIE_GAP
+
+    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (
+                np.asarray(self._starts, dtype=np.int64),
+                np.asarray(self._lengths, dtype=np.int64),
+                np.asarray(self._unsafe, dtype=bool),
+                np.asarray(self._flat, dtype=np.int64),
+            )
+        return self._arrays
+
+    def _word_ids(self, words: list[str]) -> np.ndarray:
+        """Each word's row in the table (new words encoded and added first). When they would
+        overflow ``max_words``, the table is emptied and refilled with this batch's words."""
+        # (a list first: numpy's fromiter over a map is twice as slow here)
+        word_ids = np.array(list(map(self._index.get, words, repeat(-1))), dtype=np.int64)
+        missing = np.flatnonzero(word_ids < 0)
+        if len(missing):
+            new = list(dict.fromkeys(words[i] for i in missing))
+            if len(self._index) + len(new) > self.max_words + 1:
+                self._clear()
+                self._add([w for w in dict.fromkeys(words) if w not in self._index])
+                return np.array(list(map(self._index.__getitem__, words)), dtype=np.int64)
+            self._add(new)
+            word_ids[missing] = [self._index[words[i]] for i in missing]
+        return word_ids
+
+    def encode(self, texts: Sequence[str]) -> TokenBatch:
+        if not texts:
+            return TokenBatch.empty()
+        joined = _JOINER.join(texts)
+        if joined.count(_SEPARATOR) != len(texts) - 1:
+            word_lists = [t.split() for t in texts]  # a text holds the separator: split each
+            words = list(chain.from_iterable(chain(ws, [_SEPARATOR]) for ws in word_lists))
+        else:
+            words = (joined + _JOINER).split()
+        # one separator (row 0, no pieces) after each text
+        word_ids = self._word_ids(words)
+        starts, lengths, unsafe, flat = self._tables()
+        word_lengths = lengths[word_ids]
+        cumulative = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum(word_lengths, out=cumulative[1:])
+        separators = np.flatnonzero(word_ids == 0)
+        if len(separators) != len(texts):  # the separator stood alone inside a text
+            return self._splice(TokenBatch.empty(), texts, np.arange(len(texts)))
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        offsets[1:] = cumulative[separators]
+        # every piece position: its word's start in the table plus its rank inside the word
+        shift = np.repeat(starts[word_ids] - cumulative[:-1], word_lengths)
+        ids = flat[np.arange(cumulative[-1], dtype=np.int64) + shift]
+        batch = TokenBatch(ids, offsets)
+
+        redo = np.zeros(len(texts), dtype=bool)
+        unsafe_words = unsafe[word_ids]
+        if unsafe_words.any():
+            text_of_word = np.searchsorted(separators, np.flatnonzero(unsafe_words))
+            redo[text_of_word] = True
+        if self._hazard is not None and self._hazard.search(joined):
+            redo |= np.fromiter(
+                (self._hazard.search(t) is not None for t in texts), dtype=bool, count=len(texts)
+            )
+        if redo.any():
+            batch = self._splice(batch, texts, np.flatnonzero(redo))
+        return batch
+
+    def _splice(self, batch: TokenBatch, texts: Sequence[str], rows: np.ndarray) -> TokenBatch:
+        """``batch`` with ``rows`` replaced by sentencepiece's own encoding of those texts."""
+        id_lists = self.processor.Encode([texts[i] for i in rows], out_type=int)
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        redone = TokenBatch(
+            np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=int(lengths.sum())),
+            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        )
+        if len(rows) == len(texts):
+            return redone
+        keep = np.ones(len(batch), dtype=bool)
+        keep[rows] = False
+        kept_rows = np.flatnonzero(keep)
+        # rows of concat(kept, redone), in the original order
+        order = np.empty(len(batch), dtype=np.int64)
+        order[kept_rows] = np.arange(len(kept_rows))
+        order[rows] = len(kept_rows) + np.arange(len(rows))
+        return TokenBatch.concat([batch.take(kept_rows), redone]).take(order)

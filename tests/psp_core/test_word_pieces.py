@@ -1,0 +1,137 @@
+"""The word cache (``psp_core/word_pieces.py``) gives sentencepiece's own ids (issue 16): on every
+sentence of the shared data (each language's bitext, both sides, the ParaNMT sample, every
+evaluation file) with a model trained on that language, and on the hard cases built here: words
+whose best segmentations tie, the whitespace Python and sentencepiece disagree on, the separator
+the cache joins texts with, a full cache."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ops.sentencepiece_model import train_sentencepiece
+from psp_core.tokenizer import Tokenizer, flatten_id_lists
+from psp_core.word_pieces import WordPieceCache, word_independent
+from tests.conftest import require_shared_data
+
+
+def _assert_same_ids(tokenizer: Tokenizer, texts: list[str], block: int = 4096) -> int:
+    """Compare the cache with ``Encode`` block by block; returns the sentences compared."""
+    cache = WordPieceCache(tokenizer.processor)
+    for start in range(0, len(texts), block):
+        chunk = texts[start : start + block]
+        got = cache.encode(chunk)
+        want = flatten_id_lists(tokenizer.processor.Encode(chunk, out_type=int))
+        if not (np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids)):
+            wrong = [
+                chunk[i]
+                for i in range(len(chunk))
+                if not np.array_equal(got.sentence(i), want.sentence(i))
+            ]
+            pytest.fail(f"{len(wrong)} sentences differ from sentencepiece, e.g. {wrong[:3]!r}")
+    return len(texts)
+
+
+def _lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def _eval_sentences(eval_dir: Path) -> list[str]:
+    sentences = []
+    for path in sorted(eval_dir.rglob("*")):
+        if path.suffix == ".tsv":
+            sentences += [s for line in _lines(path) for s in line.split("\t")[1:3]]
+        elif path.is_file() and path.suffix not in (".md", ".txt", ".json"):
+            sentences += _lines(path)
+    return sentences
+
+
+@pytest.mark.parametrize("lang", ["ar", "de", "es", "fr", "ru", "tr", "zh"])
+def test_ids_equal_sentencepiece_on_all_shared_data(tmp_path, lang) -> None:
+    bitext = require_shared_data("bitext", f"en-{lang}")
+    english, other = _lines(bitext / "combined.en.gz"), _lines(bitext / f"combined.{lang}.gz")
+    extra = []
+    if lang == "de":  # the evaluation files and the paraphrase sample, once
+        extra = _eval_sentences(require_shared_data("eval"))
+        paranmt = require_shared_data("paraphrase", "paranmt-format-sample.txt.gz")
+        extra += [s for line in _lines(paranmt) for s in line.split("\t")[:2]]
+    pretokenizer = "rjieba" if lang == "zh" else "none"
+    segment = Tokenizer.normalize  # lowercasing (and Chinese segmentation) as the model sees it
+    sample = [s.lower() for s in english[::4] + other[::4]]
+    # a small vocabulary from a small sample: more ties and more multi-piece words than 50k
+    model = train_sentencepiece(sample, tmp_path / "spm.model", vocab_size=8000,
+                                input_sentence_size=60_000)  # fmt: skip
+    tokenizer = Tokenizer.from_file(model, pretokenizer=pretokenizer)
+    assert word_independent(tokenizer.model_proto)
+    texts = segment(tokenizer, english + other + extra)
+    assert _assert_same_ids(tokenizer, texts) == len(english) + len(other) + len(extra)
+    # and through the Tokenizer, cleaning and truncation included
+    plain = Tokenizer.from_file(model, pretokenizer=pretokenizer, word_cache_size=0)
+    assert plain._words is None and tokenizer._words is not None
+    got, want = tokenizer.encode(other[:5000]), plain.encode(other[:5000])
+    assert np.array_equal(got.ids, want.ids) and np.array_equal(got.offsets, want.offsets)
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer(tmp_path_factory) -> Tokenizer:
+    from tests.pipelines.corpora import english_german
+
+    english, german = english_german(3000, seed=3)
+    numbers = [f"{n} people live in {n % 97} towns, about {n * 1000}." for n in range(3000)]
+    model = train_sentencepiece(
+        [s.lower() for s in english + german + numbers],
+        tmp_path_factory.mktemp("spm") / "spm.model",
+        vocab_size=600,
+    )
+    return Tokenizer.from_file(model)
+
+
+def test_near_ties_and_whitespace_match_sentencepiece(small_tokenizer) -> None:
+    texts = [
+        "about 300000 people live in 1000000 towns.",  # runs of zeros: equal-score splits
+        "neiiiiiiiiiiiiin neeeeeein 0000000000 aaaaaaaaaaaaaaaaa",
+        "der alte mann\u00a0liest\u3000einen brief",  # whitespace both agree on
+        "der alte\x1cmann liest\x0beinen\u0085brief",  # whitespace Python splits on, spm not
+        "zero\u200bwidth and soft\u00adhyphen",
+        "",
+        "   ",
+        "the old man reads a long letter.",
+    ]
+    assert _assert_same_ids(small_tokenizer, texts * 3) == 24
+    # the hazard check is what makes the fourth text right: without it, it differs
+    naive = WordPieceCache(small_tokenizer.processor)
+    naive._hazard = None
+    want = small_tokenizer.processor.Encode(texts[3], out_type=int)
+    assert naive.encode([texts[3]]).ids.tolist() != want
+
+
+def test_texts_holding_the_separator_match_sentencepiece(small_tokenizer) -> None:
+    """The cache joins a batch's texts around "\\x01"; texts that hold it alone as a word go to
+    sentencepiece, with the rest of their batch."""
+    texts = ["a \x01 b", "a\x01b \x01", "\x01", "the old man", "", "x\x01"]
+    assert _assert_same_ids(small_tokenizer, texts * 2, block=5) == 12
+
+
+def test_a_full_cache_is_emptied_and_the_ids_stay_right(small_tokenizer) -> None:
+    cache = WordPieceCache(small_tokenizer.processor, max_words=50)
+    texts = [f"word{n} and word{n + 1} and {n * 7919}" for n in range(400)]
+    for start in range(0, len(texts), 32):
+        chunk = texts[start : start + 32]
+        got = cache.encode(chunk)
+        want = flatten_id_lists(small_tokenizer.processor.Encode(chunk, out_type=int))
+        assert np.array_equal(got.ids, want.ids) and np.array_equal(got.offsets, want.offsets)
+        assert len(cache) <= 50 + 32 * 5
+
+
+def test_models_that_do_not_split_words_apart_are_not_cached(tmp_path) -> None:
+    from tests.pipelines.corpora import english_german
+
+    english, _ = english_german(2000, seed=4)
+    bpe = train_sentencepiece(english, tmp_path / "bpe.model", vocab_size=300, model_type="bpe")
+    tokenizer = Tokenizer.from_file(bpe)
+    assert not word_independent(tokenizer.model_proto) and tokenizer._words is None
