@@ -31,7 +31,7 @@ import functools
 import re
 import sys
 from collections.abc import Sequence
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
 
 import numpy as np
 
@@ -94,6 +94,7 @@ class WordPieceCache:
         self.max_words = max_words
         hazards = _whitespace_hazards(processor)
         self._hazard = re.compile(f"[{re.escape(hazards)}]") if hazards else None
+        self._scores: list[float] | None = None  # each piece's score, read on first use
         self._clear()
 
     def _clear(self) -> None:
@@ -111,17 +112,31 @@ class WordPieceCache:
     def _add(self, words: list[str]) -> None:
         """Encode ``words`` (new, distinct) and append them to the table."""
         id_lists = self.processor.Encode(words, out_type=int)
-        for word, ids in zip(words, id_lists, strict=True):
-            self._index[word] = len(self._starts)
-            self._starts.append(len(self._flat))
-            self._lengths.append(len(ids))
-            self._flat.extend(ids)
-            self._unsafe.append(len(ids) > 1 and self._near_tie(word))
+        lengths = list(map(len, id_lists))
+        ties = self._near_ties([w for w, n in zip(words, lengths, strict=True) if n > 1])
+        base = len(self._starts)
+        self._index.update(zip(words, range(base, base + len(words)), strict=True))
+        self._starts.extend(accumulate(lengths[:-1], initial=len(self._flat)))
+        self._lengths.extend(lengths)
+        self._flat.extend(chain.from_iterable(id_lists))
+        self._unsafe.extend(word in ties for word in words)
         self._arrays = None
 
-    def _near_tie(self, word: str) -> bool:
-        best = self.processor.NBestEncodeAsProto(word, 2).nbests
-        return len(best) > 1 and abs(best[0].score - best[1].score) < TIE_GAP
+    def _near_ties(self, words: list[str]) -> set[str]:
+        """The words whose two best segmentations score within :data:`TIE_GAP` of each other
+        (sentencepiece's 2-best list, scored with the pieces' scores)."""
+        if not words:
+            return set()
+        if self._scores is None:
+            processor = self.processor
+            self._scores = [processor.GetScore(i) for i in range(processor.GetPieceSize())]
+        score = self._scores.__getitem__
+        ties = set()
+        for word, best in zip(words, self.processor.NBestEncode(words, nbest_size=2, out_type=int),
+                              strict=True):  # fmt: skip
+            if len(best) > 1 and abs(sum(map(score, best[0])) - sum(map(score, best[1]))) < TIE_GAP:
+                ties.add(word)
+        return ties
 
     def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         if self._arrays is None:
