@@ -149,6 +149,7 @@ def load_model(
     num_threads: int = 1,
     dtype: str = "float32",
     device: str = "cpu",
+    word_cache_size: int = 500_000,
 ) -> PSPModel:
     """Load a model bundle directory (validated; see :mod:`psp_core.bundle`).
 
@@ -160,6 +161,8 @@ def load_model(
             measured in benchmarks/README.md).
         device: where the table lives and the averaging runs: ``"cpu"``, ``"cuda"``,
             ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU.
+        word_cache_size: distinct words whose sentencepiece ids the tokenizer keeps
+            (:mod:`psp_core.word_pieces`: the same ids, faster once words recur; 0 turns it off).
     """
     config, spm_proto, embeddings = load_bundle(path)
     tokenizer = Tokenizer(
@@ -168,6 +171,7 @@ def load_model(
         pretokenizer=config.pretokenizer,
         max_length=config.max_length,
         num_threads=num_threads,
+        word_cache_size=word_cache_size,
     )
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -128,8 +128,12 @@ class Tokenizer:
             limit).
         num_threads: sentencepiece threads for batch encoding (``-1``: its default).
         word_cache_size: the most distinct words whose pieces are kept
-            (:class:`~psp_core.word_pieces.WordPieceCache`, about 250 bytes each; 0 turns the
-            cache off and sends every sentence to sentencepiece).
+            (:class:`~psp_core.word_pieces.WordPieceCache`, about 250 bytes each; the same ids
+            as sentencepiece). 0, the default, sends every sentence to sentencepiece: a word is
+            cached on its second sighting at about 15 us, which pays off only where words recur
+            across calls (embedding: :func:`psp_core.load_model` turns it on), not in one pass
+            over a corpus with a rich vocabulary (the preparation chain: measured in
+            benchmarks/README.md).
     """
 
     def __init__(
@@ -140,7 +144,7 @@ class Tokenizer:
         pretokenizer: str = "none",
         max_length: int = 100,
         num_threads: int = 1,
-        word_cache_size: int = 500_000,
+        word_cache_size: int = 0,
     ) -> None:
         self.processor = spm.SentencePieceProcessor()
         try:
@@ -155,7 +159,7 @@ class Tokenizer:
         self.max_length = max_length
         self.num_threads = num_threads
         self.unk_id = self.processor.unk_id()
-        # the same ids as Encode, about twice as fast on short sentences (psp_core/word_pieces.py)
+        # the same ids as Encode, faster once words recur (psp_core/word_pieces.py)
         self._words_lock = threading.Lock()
         self._words = (
             WordPieceCache(self.processor, max_words=word_cache_size)

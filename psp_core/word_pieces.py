@@ -21,8 +21,7 @@ checks the ids against ``Encode`` on every sentence of the shared data.
 
 A word's ids live in one growing CSR table (ids + offsets), a batch's words are looked up with one
 dict access each, and the batch's ids are gathered with numpy: no per-piece Python work. The cache
-holds at most ``max_words`` words (then it is emptied and refilled, so memory stays bounded on an
-endless stream of new words).
+holds at most ``max_words`` words, each cached on its second sighting (see ``_word_ids``).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate, chain, repeat
 
@@ -46,6 +46,7 @@ TIE_GAP = 1e-3
 #: natural text; a text that holds it alone is handled apart)
 _SEPARATOR = "\x01"
 _JOINER = f" {_SEPARATOR} "
+_UNCACHED = 1  # the table's row for a word not cached
 
 
 def word_independent(model_proto: bytes) -> bool:
@@ -98,12 +99,14 @@ class WordPieceCache:
         self._clear()
 
     def _clear(self) -> None:
-        # row 0 is the separator between texts (no pieces); see encode
+        # row 0 is the separator between texts (no pieces; see encode); row 1 stands for a word
+        # that is not cached (unsafe: its text goes to sentencepiece)
         self._index: dict[str, int] = {_SEPARATOR: 0}
-        self._starts: list[int] = [0]
-        self._lengths: list[int] = [0]
-        self._unsafe: list[bool] = [False]
+        self._starts: list[int] = [0, 0]
+        self._lengths: list[int] = [0, 0]
+        self._unsafe: list[bool] = [False, True]
         self._flat: list[int] = []
+        self._seen: set[str] = set()  # words seen once and not cached
         self._arrays = None  # numpy copies of the lists above, refreshed after new words
 
     def __len__(self) -> int:
@@ -149,19 +152,29 @@ class WordPieceCache:
         return self._arrays
 
     def _word_ids(self, words: list[str]) -> np.ndarray:
-        """Each word's row in the table (new words encoded and added first). When they would
-        overflow ``max_words``, the table is emptied and refilled with this batch's words."""
+        """Each word's row in the table, or :data:`_UNCACHED`. A word is cached on its second
+        sighting (twice in this batch, or once before): a word seen only once costs a cache
+        entry (its ids and its 2-best check, about 15 us) and saves nothing, and most distinct
+        words of a corpus are seen once. A full table (``max_words``) takes no more words; their
+        texts go to sentencepiece, so a stream of new words never makes encoding slower than
+        sentencepiece alone."""
         # (a list first: numpy's fromiter over a map is twice as slow here)
         word_ids = np.array(list(map(self._index.get, words, repeat(-1))), dtype=np.int64)
         missing = np.flatnonzero(word_ids < 0)
         if len(missing):
-            new = list(dict.fromkeys(words[i] for i in missing))
-            if len(self._index) + len(new) > self.max_words + 1:
-                self._clear()
-                self._add([w for w in dict.fromkeys(words) if w not in self._index])
-                return np.array(list(map(self._index.__getitem__, words)), dtype=np.int64)
-            self._add(new)
-            word_ids[missing] = [self._index[words[i]] for i in missing]
+            counts = Counter(words[i] for i in missing)
+            seen = self._seen
+            worth = [w for w, count in counts.items() if count > 1 or w in seen]
+            room = self.max_words - len(self)
+            if worth and room > 0:
+                worth = worth[:room]
+                self._add(worth)
+                seen.difference_update(worth)
+            if len(seen) > self.max_words:
+                seen.clear()
+            seen.update(w for w in counts if w not in self._index)
+            get = self._index.get
+            word_ids[missing] = [get(words[i], _UNCACHED) for i in missing]
         return word_ids
 
     def encode(self, texts: Sequence[str]) -> TokenBatch:

@@ -66,15 +66,16 @@ def test_ids_equal_sentencepiece_on_all_shared_data(tmp_path, lang) -> None:
     # a small vocabulary from a small sample: more ties and more multi-piece words than 50k
     model = train_sentencepiece(sample, tmp_path / "spm.model", vocab_size=8000,
                                 input_sentence_size=60_000)  # fmt: skip
-    tokenizer = Tokenizer.from_file(model, pretokenizer=pretokenizer)
+    tokenizer = Tokenizer.from_file(model, pretokenizer=pretokenizer, word_cache_size=100_000)
     assert word_independent(tokenizer.model_proto)
     texts = segment(tokenizer, english + other + extra)
     assert _assert_same_ids(tokenizer, texts) == len(english) + len(other) + len(extra)
     # and through the Tokenizer, cleaning and truncation included
-    plain = Tokenizer.from_file(model, pretokenizer=pretokenizer, word_cache_size=0)
+    plain = Tokenizer.from_file(model, pretokenizer=pretokenizer)
     assert plain._words is None and tokenizer._words is not None
-    got, want = tokenizer.encode(other[:5000]), plain.encode(other[:5000])
-    assert np.array_equal(got.ids, want.ids) and np.array_equal(got.offsets, want.offsets)
+    for _ in range(2):  # words seen a second time are cached
+        got, want = tokenizer.encode(other[:5000]), plain.encode(other[:5000])
+        assert np.array_equal(got.ids, want.ids) and np.array_equal(got.offsets, want.offsets)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +108,7 @@ def test_near_ties_and_whitespace_match_sentencepiece(small_tokenizer) -> None:
     naive = WordPieceCache(small_tokenizer.processor)
     naive._hazard = None
     want = small_tokenizer.processor.Encode(texts[3], out_type=int)
+    naive.encode([texts[3]] * 2)  # seen twice: its words are cached
     assert naive.encode([texts[3]]).ids.tolist() != want
 
 
@@ -117,7 +119,7 @@ def test_texts_holding_the_separator_match_sentencepiece(small_tokenizer) -> Non
     assert _assert_same_ids(small_tokenizer, texts * 2, block=5) == 12
 
 
-def test_a_full_cache_is_emptied_and_the_ids_stay_right(small_tokenizer) -> None:
+def test_a_full_cache_takes_no_more_words_and_the_ids_stay_right(small_tokenizer) -> None:
     cache = WordPieceCache(small_tokenizer.processor, max_words=50)
     texts = [f"word{n} and word{n + 1} and {n * 7919}" for n in range(400)]
     for start in range(0, len(texts), 32):
@@ -125,7 +127,8 @@ def test_a_full_cache_is_emptied_and_the_ids_stay_right(small_tokenizer) -> None
         got = cache.encode(chunk)
         want = flatten_id_lists(small_tokenizer.processor.Encode(chunk, out_type=int))
         assert np.array_equal(got.ids, want.ids) and np.array_equal(got.offsets, want.offsets)
-        assert len(cache) <= 50 + 32 * 5
+        assert len(cache) <= 50
+    assert len(cache) == 50
 
 
 def test_models_that_do_not_split_words_apart_are_not_cached(tmp_path) -> None:
@@ -133,5 +136,5 @@ def test_models_that_do_not_split_words_apart_are_not_cached(tmp_path) -> None:
 
     english, _ = english_german(2000, seed=4)
     bpe = train_sentencepiece(english, tmp_path / "bpe.model", vocab_size=300, model_type="bpe")
-    tokenizer = Tokenizer.from_file(bpe)
+    tokenizer = Tokenizer.from_file(bpe, word_cache_size=1000)
     assert not word_independent(tokenizer.model_proto) and tokenizer._words is None
