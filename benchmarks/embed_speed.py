@@ -3,7 +3,7 @@
 For each torch thread count (default 1 and 2; the tokenizer gets the same number of
 sentencepiece threads) it measures, repeating each measurement and reporting best and median:
 
-* ``with_tokenization``: ``model.embed(sentences, batch_size=64)`` (sorts by length, tokenizes,
+* ``with_tokenization``: ``model.embed(sentences, batch_size=256)`` (sorts by length, tokenizes,
   embeds batch by batch);
 * ``without_tokenization``: the sentences pre-tokenized once (sorted by length), then only
   ``model.embed_ids`` on slices of 64 sentences, written into one output array;
@@ -47,7 +47,7 @@ log = _common.log
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _common.add_model_arguments(parser, batch_size=64)
+    _common.add_model_arguments(parser, batch_size=256)  # embed's default
     parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--naive-repeats", type=int, default=3)

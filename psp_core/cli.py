@@ -14,7 +14,7 @@ from pathlib import Path
 
 from psp_core.bundle import BundleError
 from psp_core.download import DownloadError
-from psp_core.model import load_model
+from psp_core.model import EMBED_BATCH_SIZE, load_model
 from psp_core.output_files import (
     NpyWriter,
     OutputError,
@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--sentence-file", required=True)
     embed.add_argument("--model", required=True, help="model bundle directory")
     embed.add_argument("--output-file", required=True, help="a .npy file, float32 [n, dim]")
-    embed.add_argument("--batch-size", type=int, default=64)
+    embed.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)
     embed.add_argument("--normalize", action="store_true", help="unit-length vectors")
     embed.add_argument(
         "--device",
@@ -363,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--sentence-pair-file", required=True)
     score.add_argument("--model", required=True)
     score.add_argument("--output-file", help="default: standard output")
-    score.add_argument("--batch-size", type=int, default=64)
+    score.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)
     score.add_argument("--threads", type=int, default=1)
     score.add_argument(
         "--device",
