@@ -128,7 +128,7 @@ class Tokenizer:
             limit).
         num_threads: sentencepiece threads for batch encoding (``-1``: its default).
         word_cache_size: the most distinct words whose pieces are kept
-            (:class:`~psp_core.word_pieces.WordPieceCache`, about 250 bytes each; the same ids
+            (:class:`~psp_core.word_pieces.WordPieceCache`, about 300 bytes each; the same ids
             as sentencepiece). 0, the default, sends every sentence to sentencepiece: a word is
             cached on its second sighting at about 15 us, which pays off only where words recur
             across calls (embedding: :func:`psp_core.load_model` turns it on), not in one pass
