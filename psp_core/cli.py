@@ -23,6 +23,7 @@ from psp_core.output_files import (
     replaced_when_done,
     write_error,
 )
+from psp_core.tokenizer import PRETOKENIZERS
 from psp_core.training import CheckpointWriteError, NonFiniteLossError, TrainConfig, train
 from psp_core.training_file import TrainingFileError
 
@@ -314,7 +315,7 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", help="default: <output>.checkpoint")
     parser.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
     parser.add_argument("--keep-checkpoint", action="store_true")
-    parser.add_argument("--pretokenizer", choices=["none", "jieba"], default=None)
+    parser.add_argument("--pretokenizer", choices=PRETOKENIZERS, default=None)
     parser.add_argument("--no-lowercase", action="store_true")
     parser.add_argument("--max-length", type=int, default=100)
     group = parser.add_argument_group("hyperparameters (defaults: the paper's)")

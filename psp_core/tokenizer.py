@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 from itertools import chain
@@ -23,7 +24,12 @@ from psp_core.word_pieces import WordPieceCache, word_independent
 
 log = logging.getLogger(__name__)
 
-PRETOKENIZERS = ("none", "jieba", "rjieba")
+PRETOKENIZERS = ("none", "jieba", "rjieba", "rjieba_han")
+
+#: runs of Han characters (CJK unified ideographs, extensions A-H, compatibility ideographs)
+_HAN_RUN = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef\U00030000-\U0003134f]+"
+)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -57,6 +63,24 @@ def _rjieba_segmenter() -> Callable[[str], str]:
     return segment
 
 
+def _rjieba_han_segmenter() -> Callable[[str], str]:
+    """rjieba on the runs of Han characters only, each run set apart by spaces; everything else
+    (Latin, Arabic, Cyrillic words, punctuation, digits) is left as it is, so a model whose
+    vocabulary serves every script gives a non-Chinese word the same pieces whether or not
+    Chinese stands beside it (the multilingual model's pre-tokenizer)."""
+    import rjieba
+
+    def cut(run: re.Match) -> str:
+        return (
+            " " + " ".join(token for token in rjieba.cut(run.group()) if not token.isspace()) + " "
+        )
+
+    def segment(text: str) -> str:
+        return _HAN_RUN.sub(cut, text)
+
+    return segment
+
+
 def make_pretokenizer(name: str) -> Callable[[str], str] | None:
     """Return the pre-tokenizer called ``name`` (``none`` gives ``None``)."""
     if name == "none":
@@ -65,6 +89,8 @@ def make_pretokenizer(name: str) -> Callable[[str], str] | None:
         return _jieba_segmenter()
     if name == "rjieba":
         return _rjieba_segmenter()
+    if name == "rjieba_han":
+        return _rjieba_han_segmenter()
     raise ValueError(f"unknown pre-tokenizer {name!r}; expected one of {PRETOKENIZERS}")
 
 
@@ -123,7 +149,8 @@ class Tokenizer:
         model_proto: the serialized sentencepiece model (the bytes of ``sentencepiece.model``).
         lowercase: lowercase before encoding (the paper lowercases everything).
         pretokenizer: ``"none"``, ``"jieba"`` or ``"rjieba"`` (Chinese word segmentation: jieba,
-            or jieba-rs, its faster Rust port).
+            or jieba-rs, its faster Rust port), or ``"rjieba_han"`` (jieba-rs on the runs of Han
+            characters only, for a vocabulary shared by every script).
         max_length: keep at most this many pieces per sentence (the reference code's 100; 0 = no
             limit).
         num_threads: sentencepiece threads for batch encoding (``-1``: its default).
