@@ -207,6 +207,16 @@ def step_workers(run) -> list[tuple[str, str]]:
     return pairs
 
 
+def step_succeeded(run, step: str) -> bool:
+    from dagster import DagsterEventType
+
+    with instance() as dagster:
+        records = dagster.get_records_for_run(
+            run.run_id, of_type=DagsterEventType.STEP_SUCCESS
+        ).records
+    return any(r.event_log_entry.step_key == step for r in records)
+
+
 def retried_steps(run) -> list[str]:
     with instance() as dagster:
         records = dagster.get_records_for_run(run.run_id).records
@@ -297,8 +307,8 @@ class WorkerKiller:
                 if step != TRAINING_STEP or run.status.value in TERMINAL:
                     continue
                 name = worker.split("@")[0]
-                if name not in self.cluster.services.started:
-                    continue
+                if name not in self.cluster.services.started or step_succeeded(run, step):
+                    continue  # a worker gone already, or a step already done: not "while it ran"
                 self.cluster.services.kill(name)
                 print(f"killed {name} (kill -9, its process group) while it ran {step}", flush=True)
                 replacement = self.cluster.add_worker()
