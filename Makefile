@@ -2,7 +2,7 @@
 #   make run    create .venv if needed, then run the Dagster language job (train + evaluate)
 #   make test   create .venv if needed, then run the test suite
 #
-# make run's knobs: PARTITION (language, default de), PROFILE (smoke, demo or paper; default
+# make run's knobs: PARTITION (language, or multi for the multilingual model; default de), PROFILE (smoke, demo or paper; default
 # demo), CONFIG (a run config file with more settings, optional), REGISTRY (language registry,
 # default the offline one reading ../shared/data; assets/languages.toml downloads from OPUS /
 # ParaNMT). make ui takes PROFILE and REGISTRY too: PROFILE is the launchpad's default.
@@ -36,11 +36,21 @@ export PSP_STORAGE_ROOT ?= $(CURDIR)/runs/psp_data
 export PSP_EVAL_DIR ?= $(SHARED_DATA)/eval
 export PSP_PARANMT_URL ?= $(SHARED_DATA)/paraphrase/paranmt-format-sample.txt.gz
 
+RUN_ENV = DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) PSP_PROFILE=$(PROFILE)
+
+# PARTITION=multi: the multilingual model (README "One model for every language"): each of its
+# languages' pairs first (reused when up to date), then psp_multi_job
 run: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp configs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) PSP_PROFILE=$(PROFILE) \
-		$(VENV)/bin/dagster job execute -m pipelines.definitions -j psp_language_job \
+ifeq ($(PARTITION),multi)
+	$(RUN_ENV) $(PY) scripts/prepare_multi.py
+	$(RUN_ENV) $(VENV)/bin/dagster job execute -m pipelines.definitions -j psp_multi_job \
+		$(if $(CONFIG),-c $(CONFIG))
+	@cat $(PSP_STORAGE_ROOT)/_all/evaluation_scoreboard/scoreboard.md
+else
+	$(RUN_ENV) $(VENV)/bin/dagster job execute -m pipelines.definitions -j psp_language_job \
 		--tags '{"dagster/partition": "$(PARTITION)"}' $(if $(CONFIG),-c $(CONFIG))
+endif
 	@echo "model: $(PSP_STORAGE_ROOT)/$(PARTITION)/psp_model/model"
 	@cat $(PSP_STORAGE_ROOT)/$(PARTITION)/model_evaluation/results.md
 

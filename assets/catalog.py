@@ -5,6 +5,8 @@
 DATA_GROUP = "data"
 #: psp_model and model_evaluation
 MODEL_GROUP = "model"
+#: the multilingual model's stages (unpartitioned: one model for every language)
+MULTI_GROUP = "multi"
 #: the unpartitioned evaluation_scoreboard
 SCOREBOARD_GROUP = "scoreboard"
 #: shown on every asset; a team name rather than a person, so it survives who maintains it

@@ -46,6 +46,15 @@ class SentencepieceConfig(StageConfig):
     )
 
 
+class MultiPairsConfig(StageConfig):
+    sampling_alpha: float | None = Field(
+        default=None,
+        description="Temperature sampling of the languages: each language's share of the pairs "
+        "is proportional to n ** alpha (1: the plain union; smaller values favour small "
+        "languages). Null: the registry's [multi] sampling_alpha.",
+    )
+
+
 class TrainingDataConfig(StageConfig):
     seed: int = Field(default=1, description="Seeds the shuffle of the packed pairs.")
 
@@ -91,6 +100,12 @@ class TrainingConfig(StageConfig):
         "--dim 256` then truncates. Null: the paper's loss.",
     )
     max_steps: int | None = Field(default=None, description="Stop after this many mini-batches.")
+    negatives_within: str | None = Field(
+        default=None,
+        description="The multilingual model only: 'megabatch' mines each pair's hard negatives "
+        "among all pairs of its kind in the mega-batch whatever their language (the default), "
+        "'language' only among its own language's pairs.",
+    )
     dev_sts: str | None = Field(
         default="sts17/en-en.tsv",
         description="STS file (relative to the evaluation data directory) for model "
@@ -106,7 +121,7 @@ class TrainingConfig(StageConfig):
 
     def overrides(self) -> dict:
         names = ("dim", "epochs", "batch_size", "max_megabatch", "anneal_every")
-        names += ("dropout", "lr", "max_steps")
+        names += ("dropout", "lr", "max_steps", "negatives_within")
         chosen = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         if self.matryoshka_dims is not None:
             chosen["matryoshka_dims"] = tuple(self.matryoshka_dims)

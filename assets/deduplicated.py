@@ -1,7 +1,8 @@
 """deduplicated_pairs: lowercased, exact-pair deduplicated (first copy kept), capped per corpus
 (a seeded sample of the pairs that passed the filters, as the reference takes its 4M of
 OpenSubtitles and MultiUN), and for languages with a pre-tokenizer (zh) segmented with jieba:
-the text the vocabulary and model see."""
+the text the vocabulary and model see. A segmented language keeps its unsegmented pairs too
+(output ``unsegmented``): the multilingual model applies its own pre-tokenizer to them."""
 
 from dagster import (
     AssetCheckResult,
@@ -62,6 +63,9 @@ def deduplicated_pairs(
     stage = Stage(storage, spec.code, "deduplicated_pairs")
     upstream = stage.upstream("length_filtered_pairs")
     caps = {corpus.name: corpus.cap for corpus in spec.corpora if corpus.cap is not None}
+    segment = spec.pretokenizer != "none"
+    # (the key of an unsegmented language is as before the unsegmented output existed)
+    kept = {"keeps_unsegmented": True} if segment else {}
     key = fingerprint(
         stage=stage.name,
         code=CODE_VERSION,
@@ -69,11 +73,12 @@ def deduplicated_pairs(
         pretokenizer=spec.pretokenizer,
         caps=caps,
         cap_seed=CAP_SEED,
+        **kept,
     )
 
     def run() -> tuple[dict, dict]:
         final = stage.path("pairs.parquet")
-        segment = spec.pretokenizer != "none"
+        outputs = {"pairs": final.name}
         source = upstream.output("pairs")
         with_corpus = has_corpus_column(source)
         deduplicated = stage.path("deduplicated.parquet") if with_corpus or segment else final
@@ -95,10 +100,11 @@ def deduplicated_pairs(
                 workers=compute.worker_count(),
                 segmenter=spec.pretokenizer,
             ).as_dict()
-            deduplicated.unlink()
+            deduplicated.replace(stage.path("unsegmented.parquet"))
+            outputs["unsegmented"] = "unsegmented.parquet"
             record["seconds"] += segmented["seconds"]
             record["segmentation"] = segmented
-        return {"pairs": final.name}, record
+        return outputs, record
 
     with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
         manifest = stage.run(key, run, force=config.force)

@@ -21,7 +21,7 @@ from assets.profiles import ProfileResource
 from assets.resources import EvaluationDataResource, StorageResource
 from assets.stage import Manifest, Stage, fingerprint
 from psp_core import load_model
-from psp_core.evaluation import evaluate_model, plan_for_language
+from psp_core.evaluation import EvaluationPlan, evaluate_model, plan_for_language
 from psp_core.evaluation.results import PAPER_STS_MEAN
 
 CODE_VERSION = "3"
@@ -76,11 +76,25 @@ def model_evaluation(
     """Evaluate the language's model on the evaluation data directory: by default the paper's
     suites for the language (``psp_core.evaluation.plan_for_language``)."""
     spec = load_registry()[context.partition_key]
-    stage = Stage(storage, spec.code, "model_evaluation")
+    return build_evaluation(
+        spec.code, plan_for_language(spec.code), config, storage, eval_data, profile
+    )
+
+
+def build_evaluation(
+    code: str,
+    plan: EvaluationPlan,
+    config: EvaluationConfig,
+    storage: StorageResource,
+    eval_data: EvaluationDataResource,
+    profile: ProfileResource,
+) -> MaterializeResult:
+    """The evaluation stage of the model stored under ``code`` (a language, or ``multi``),
+    on ``plan`` unless the config names suites, tracks or Tatoeba languages."""
+    stage = Stage(storage, code, "model_evaluation")
     model = stage.upstream("psp_model")
     dev_sts = dev_sts_of(model)
     eval_dir = eval_data.path()
-    plan = plan_for_language(spec.code)
     suites = sorted(config.suites if config.suites is not None else plan.suites)
     tracks = config.sts17_tracks if config.sts17_tracks is not None else list(plan.sts17_tracks)
     tatoeba = (
@@ -110,7 +124,7 @@ def model_evaluation(
             tatoeba_languages=tatoeba,
             sts17_tracks=tracks,
             speed_repeats=speed_repeats,
-            model_name=f"psp-{spec.code}",
+            model_name=f"psp-{code}",
             dev_sts=dev_sts,
         )
         summary = results.to_dict()
@@ -128,7 +142,7 @@ def model_evaluation(
     manifest = stage.run(key, run, force=config.force)
     # the model card (bundle and exports) gets the evaluation's tables
     markdown = manifest.output("markdown").read_text()
-    refresh_model_card(model, card_facts(stage, spec.code, model.record, markdown))
+    refresh_model_card(model, card_facts(stage, code, model.record, markdown))
     record = manifest.record
     metadata = common_metadata(manifest, "json")
     # one table per suite, inline; the whole markdown report (with notes) one click away

@@ -146,6 +146,39 @@ class LanguageSpec:
         }
 
 
+#: the multilingual model's code: its stages' directory and its name (never a language code)
+MULTI = "multi"
+#: temperature sampling's exponent: p ∝ n^alpha (benchmarks/multi_sampling.py measures it)
+DEFAULT_SAMPLING_ALPHA = 0.5
+_MULTI_KEYS = {"languages", "sampling_alpha", "pretokenizer", "sentencepiece", "training"}
+
+
+@dataclass(frozen=True)
+class MultiSpec:
+    """The multilingual model: one vocabulary and one model for the pairs of ``languages``
+    (empty: every usable language of the registry), each language's pairs drawn with
+    probability proportional to ``n ** sampling_alpha``; ``pretokenizer`` applies to every
+    sentence (``rjieba_han``: jieba on Chinese-script runs only)."""
+
+    languages: tuple[str, ...] = ()
+    sampling_alpha: float = DEFAULT_SAMPLING_ALPHA
+    pretokenizer: str = "rjieba_han"
+    sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
+    training: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_language(self) -> LanguageSpec:
+        """A :class:`LanguageSpec` for the stages the multilingual model shares with the
+        per-language chain (vocabulary, model, evaluation): code ``multi``, mixed kinds."""
+        return LanguageSpec(
+            code=MULTI,
+            source=MULTI,
+            kind="mixed",
+            pretokenizer=self.pretokenizer,
+            sentencepiece=self.sentencepiece,
+            training=self.training,
+        )
+
+
 @dataclass(frozen=True)
 class LanguageRegistry:
     """The languages of one registry file: the usable ones, and the broken tables' errors."""
@@ -154,6 +187,18 @@ class LanguageRegistry:
     path: Path
     errors: Mapping[str, str] = field(default_factory=dict)
     order: tuple[str, ...] = ()
+    multi: MultiSpec = field(default_factory=MultiSpec)
+
+    def multi_languages(self) -> list[str]:
+        """The languages the multilingual model is trained on, in registry order.
+
+        Raises:
+            RegistryError: one of them has a broken table (the message says which).
+        """
+        codes = list(self.multi.languages) or [c for c in self.codes if c not in self.errors]
+        for code in codes:
+            self[code]  # a broken table raises its own error
+        return codes
 
     @property
     def codes(self) -> list[str]:
@@ -305,7 +350,7 @@ def parse_registry(text: str, path: Path) -> LanguageRegistry:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise RegistryError(f"{path}: not valid TOML ({err})") from err
-    unknown = set(data) - {"defaults", "languages"}
+    unknown = set(data) - {"defaults", "languages", MULTI}
     if unknown:
         raise RegistryError(f"{path}: unknown top-level tables {sorted(unknown)}")
     defaults = _defaults(data, path)
@@ -325,7 +370,45 @@ def parse_registry(text: str, path: Path) -> LanguageRegistry:
         raise RegistryError(
             f"{path}: no usable language; fix these tables:\n" + "\n".join(errors.values())
         )
-    return LanguageRegistry(languages, path, errors, tuple(tables))
+    multi = _multi(data.get(MULTI, {}), defaults, path, tuple(tables))
+    return LanguageRegistry(languages, path, errors, tuple(tables), multi)
+
+
+def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) -> MultiSpec:
+    """The ``[multi]`` table (the multilingual model); every key optional."""
+    where = f"{path} [{MULTI}]"
+    table = _table(table, where)
+    unknown = set(table) - _MULTI_KEYS
+    if unknown:
+        raise RegistryError(
+            f"{where}: unknown keys {sorted(unknown)}; expected {sorted(_MULTI_KEYS)}"
+        )
+    languages = table.get("languages", [])
+    if not isinstance(languages, list) or not all(isinstance(c, str) for c in languages):
+        raise RegistryError(f"{where}: languages must be a list of language codes")
+    missing = [code for code in languages if code not in codes]
+    if missing:
+        raise RegistryError(
+            f"{where}: languages {missing} have no [languages.X] table (the file has "
+            f"{', '.join(codes)})"
+        )
+    alpha = table.get("sampling_alpha", DEFAULT_SAMPLING_ALPHA)
+    if not isinstance(alpha, int | float) or not 0.0 <= alpha <= 1.0:
+        raise RegistryError(f"{where}: sampling_alpha must be a number in [0, 1], got {alpha!r}")
+    pretokenizer = table.get("pretokenizer", "rjieba_han")
+    if pretokenizer not in PRETOKENIZERS:
+        raise RegistryError(f"{where}: pretokenizer must be one of {PRETOKENIZERS}")
+    training = {**defaults.get("training", {}), **_table(table.get("training", {}), where)}
+    try:
+        TrainConfig(**training)
+    except (TypeError, ValueError) as err:
+        raise RegistryError(f"{where}.training: invalid training settings: {err}") from err
+    sentencepiece = _settings(
+        SentencepieceSettings,
+        {**defaults.get("sentencepiece", {}), **_table(table.get("sentencepiece", {}), where)},
+        f"{where}.sentencepiece",
+    )
+    return MultiSpec(tuple(languages), float(alpha), pretokenizer, sentencepiece, training)
 
 
 def registry_path() -> Path:

@@ -22,7 +22,7 @@ from dagster import (
 
 from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import TrainingConfig
-from assets.languages import load_registry
+from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
@@ -134,11 +134,27 @@ def psp_model(
     (one that no longer fits the training file is dropped with a warning). psp_core's log
     lines (resuming, loss and pairs/s) go to the run's log."""
     spec = load_registry()[context.partition_key]
+    return build_model(context, spec, config, storage, compute, eval_data, profile)
+
+
+def build_model(
+    context: AssetExecutionContext,
+    spec: LanguageSpec,
+    config: TrainingConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+    eval_data: EvaluationDataResource,
+    profile: ProfileResource,
+    *,
+    profile_asset: str = "psp_model",
+) -> MaterializeResult:
+    """The training stage of ``spec`` (a language, or the multilingual model with
+    ``profile_asset="multi_psp_model"``)."""
     stage = Stage(storage, spec.code, "psp_model")
     spm = stage.upstream("sentencepiece_model")
     data = stage.upstream("training_data")
     train_config: TrainConfig = spec.train_config(
-        **profile.settings("psp_model", config.overrides()),
+        **profile.settings(profile_asset, config.overrides()),
         device=compute.device,
         num_threads=compute.threads,
     )

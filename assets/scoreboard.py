@@ -17,11 +17,11 @@ from dagster import (
 )
 
 from assets.catalog import OWNERS, SCOREBOARD_GROUP
-from assets.languages import load_registry
+from assets.languages import MULTI, load_registry
 from assets.resources import StorageResource
 from assets.stage import read_manifest
 from ops.text_io import atomic_path
-from psp_core.evaluation import scoreboard_markdown, scoreboard_rows
+from psp_core.evaluation import comparison_markdown, scoreboard_markdown, scoreboard_rows
 
 #: evaluations made before the automation's first tick (the daemon started after them): the
 #: scoreboard was never built while some language has an evaluation; fires on the tick it
@@ -43,24 +43,33 @@ SCOREBOARD_REFRESH = (
 @asset(
     group_name=SCOREBOARD_GROUP,
     owners=OWNERS,
-    deps=[AssetDep("model_evaluation", partition_mapping=AllPartitionMapping())],
+    deps=[
+        AssetDep("model_evaluation", partition_mapping=AllPartitionMapping()),
+        "multi_evaluation",
+    ],
     kinds={"markdown"},
     # refreshed by itself once any language's evaluation is new (not eager(): that waits for
     # every language's evaluation to exist, and most deployments evaluate a few)
     automation_condition=SCOREBOARD_REFRESH,
 )
 def evaluation_scoreboard(storage: StorageResource) -> MaterializeResult:
-    """One table across languages: STS, STS 2017, STS-B, Tatoeba (cosine / margin), speed."""
+    """One table across languages (and the multilingual model): STS, STS 2017, STS-B, Tatoeba
+    (cosine / margin), speed; then the multilingual model beside the per-language models, set
+    by set."""
     results, not_evaluated = {}, []
-    for code in sorted(load_registry().codes):
+    for code in [*sorted(load_registry().codes), MULTI]:
         manifest = read_manifest(storage.stage_dir(code, "model_evaluation"))
         if manifest is None or not manifest.complete():
-            not_evaluated.append(code)
+            if code != MULTI:  # the multilingual model is optional: not listed as missing
+                not_evaluated.append(code)
             continue
         results[code] = json.loads(manifest.output("json").read_text(encoding="utf-8"))
     table = scoreboard_markdown(results)
     if not_evaluated:
         table += "\n\nNot evaluated yet: " + ", ".join(not_evaluated)
+    comparison = comparison_markdown(results, MULTI)
+    if comparison:
+        table += "\n\nThe multilingual model beside the per-language models:\n\n" + comparison
     directory = storage.stage_dir("_all", "evaluation_scoreboard")
     with atomic_path(directory / "scoreboard.md") as tmp:
         tmp.write_text(table + "\n", encoding="utf-8")
@@ -73,5 +82,6 @@ def evaluation_scoreboard(storage: StorageResource) -> MaterializeResult:
             "path": MetadataValue.path(str(directory / "scoreboard.md")),
             "languages": MetadataValue.text(", ".join(sorted(results)) or "none yet"),
             "not_evaluated": MetadataValue.text(", ".join(not_evaluated) or "none"),
+            "multi_vs_languages": MetadataValue.md(comparison or "no multilingual model yet"),
         }
     )

@@ -1,6 +1,7 @@
 """training_data: the deduplicated pairs shuffled out of core, encoded with the shared
 sentencepiece model and packed into the training HDF5 (flat CSR arrays)."""
 
+from collections.abc import Sequence
 from contextlib import closing
 
 import h5py
@@ -18,7 +19,7 @@ from dagster import (
 
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import TrainingDataConfig
-from assets.languages import load_registry
+from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import pipeline_funnel_table, report_metadata
 from assets.partitions import language_partitions
@@ -72,6 +73,21 @@ def training_data(
 ) -> MaterializeResult:
     """Shuffle (seeded, bounded memory), encode and pack the pairs for training."""
     spec = load_registry()[context.partition_key]
+    return build_training_data(context, spec, config, storage, compute)
+
+
+def build_training_data(
+    context: AssetExecutionContext,
+    spec: LanguageSpec,
+    config: TrainingDataConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+    *,
+    groups: Sequence[str] = (),
+    group_kinds: Sequence[str] = (),
+) -> MaterializeResult:
+    """The packing stage of ``spec``; ``groups``/``group_kinds``: a file of several languages
+    (the multilingual model), each pair's group from its ``lang`` column."""
     stage = Stage(storage, spec.code, "training_data")
     pairs = stage.upstream("deduplicated_pairs")
     spm = stage.upstream("sentencepiece_model")
@@ -82,6 +98,7 @@ def training_data(
         spm=spm.fingerprint,
         seed=config.seed,
         kind=spec.kind,
+        **({"groups": list(groups), "group_kinds": list(group_kinds)} if groups else {}),
     )
 
     def run() -> tuple[dict, dict]:
@@ -103,6 +120,8 @@ def training_data(
                 seed=config.seed,
                 workers=compute.worker_count(),
                 total=pairs.record["n_out"],
+                groups=groups,
+                group_kinds=group_kinds,
             )
         record = packed.as_dict()
         return {"data": "train.h5"}, record | {"shuffle": shuffle.as_dict(), "seed": config.seed}
@@ -116,6 +135,7 @@ def training_data(
     funnel = [
         (name, stage.upstream(name).record)
         for name in ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
+        if not groups  # the multilingual model's pairs come from every language's chain
     ]
     funnel += [("deduplicated_pairs", pairs.record), ("training_data", manifest.record)]
     metadata["pipeline_funnel"] = pipeline_funnel_table(funnel)

@@ -8,7 +8,7 @@ from dagster import AssetExecutionContext, DataVersion, MaterializeResult, Metad
 
 from assets.catalog import DATA_GROUP, OWNERS
 from assets.config import SentencepieceConfig
-from assets.languages import load_registry
+from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata
 from assets.partitions import language_partitions
@@ -39,11 +39,27 @@ def sentencepiece_model(
 ) -> MaterializeResult:
     """Train the unigram sentencepiece model (paper: vocab 50,000, coverage 0.995, 10M sample)."""
     spec = load_registry()[context.partition_key]
+    return build_sentencepiece(context, spec, config, storage, compute, profile)
+
+
+def build_sentencepiece(
+    context: AssetExecutionContext,
+    spec: LanguageSpec,
+    config: SentencepieceConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+    profile: ProfileResource,
+    *,
+    profile_asset: str = "sentencepiece_model",
+) -> MaterializeResult:
+    """The vocabulary stage of ``spec`` (a language, or the multilingual model with
+    ``profile_asset="multi_sentencepiece_model"``): settings from the spec, the profile's
+    ``profile_asset`` entry and the run config, in that order of precedence reversed."""
     stage = Stage(storage, spec.code, "sentencepiece_model")
     upstream = stage.upstream("deduplicated_pairs")
     settings = asdict(spec.sentencepiece)
     explicit = {"vocab_size": config.vocab_size, "input_sentence_size": config.input_sentence_size}
-    settings.update(profile.settings("sentencepiece_model", explicit))
+    settings.update(profile.settings(profile_asset, explicit))
     key = fingerprint(
         stage=stage.name, code=CODE_VERSION, upstream=upstream.fingerprint, settings=settings
     )

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ops.ordered_pool import ordered_map
 from ops.pair_files import iter_pair_batches, pair_columns, pair_file_info
@@ -147,34 +148,50 @@ def encoded_batches(
     ``workers <= 1``: in this process, with ``tokenizer.num_threads`` sentencepiece threads.
     Otherwise ``workers`` processes, at most ``2 * workers`` batches in flight.
     """
+    for _, encoded in _encoded_with_batches(pairs, tokenizer, batch_size, workers):
+        yield encoded
+
+
+def _encoded_with_batches(
+    pairs: PairSource, tokenizer: Tokenizer, batch_size: int, workers: int
+) -> Iterator[tuple[pa.RecordBatch, tuple[TokenBatch, TokenBatch]]]:
+    """:func:`encoded_batches`, each with the record batch it encodes."""
     batches = pair_batches(pairs, batch_size)
     if workers <= 1:
         for batch in batches:
-            yield encode_columns(tokenizer, *pair_columns(batch))
+            yield batch, encode_columns(tokenizer, *pair_columns(batch))
         return
-    for _, encoded in ordered_map(
+    yield from ordered_map(
         _encode_in_worker,
         batches,
         payload=pair_columns,
         workers=workers,
         initializer=_init_worker,
         initargs=(tokenizer.model_proto, _tokenizer_settings(tokenizer)),
-    ):
-        yield encoded
+    )
 
 
 def without_empty_pairs(
-    source: TokenBatch, target: TokenBatch, report: StageReport
-) -> tuple[TokenBatch, TokenBatch]:
+    source: TokenBatch, target: TokenBatch, report: StageReport, group: np.ndarray | None = None
+) -> tuple[TokenBatch, TokenBatch, np.ndarray | None]:
     """Drop the pairs with a side that encoded to no ids (counted as ``empty_after_encoding``):
-    an empty sentence has no embedding to train on."""
+    an empty sentence has no embedding to train on. ``group`` (each pair's group) follows."""
     keep = (source.lengths > 0) & (target.lengths > 0)
     n_kept = int(keep.sum())
     if n_kept == len(source):
-        return source, target
+        return source, target, group
     report.drop(EMPTY_AFTER_ENCODING, len(source) - n_kept)
     rows = np.flatnonzero(keep)
-    return source.take(rows), target.take(rows)
+    return source.take(rows), target.take(rows), None if group is None else group[rows]
+
+
+def _group_indices(batch: pa.RecordBatch, groups: Sequence[str]) -> np.ndarray:
+    """Each row's index in ``groups`` from its ``lang`` column (an unknown one is an error)."""
+    codes = pc.index_in(batch.column("lang"), value_set=pa.array(list(groups)))
+    if codes.null_count:
+        unknown = set(batch.column("lang").filter(codes.is_null()).to_pylist())
+        raise ValueError(f"pairs of languages {sorted(unknown)} outside the groups {list(groups)}")
+    return codes.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _pair_count(pairs: PairSource) -> int | None:
@@ -193,6 +210,8 @@ def encode_and_pack(
     batch_size: int = DEFAULT_ENCODE_BATCH,
     workers: int = 1,
     total: int | None = None,
+    groups: Sequence[str] = (),
+    group_kinds: Sequence[str] = (),
 ) -> StageReport:
     """Encode both sides of the (already shuffled) pairs ``input`` and write the training HDF5.
 
@@ -210,22 +229,33 @@ def encode_and_pack(
             process, with ``tokenizer.num_threads`` threads. The file is the same either way.
         total: the number of pairs, for the progress lines' share and time left (read from
             the file when ``input`` is a path).
+        groups, group_kinds: a file of several languages (the multilingual model): the pairs'
+            ``lang`` column names each pair's group among ``groups``, kept in the file with
+            each group's kind (its negative-mining rule).
     """
     report = StageReport("encode_and_pack")
     progress = Progress("encode and pack", total if total is not None else _pair_count(input))
     # closing(): if writing fails, the workers stop now rather than when the generator is
     # garbage-collected
-    batches = closing(encoded_batches(input, tokenizer, batch_size=batch_size, workers=workers))
-    with (
-        training_file_writer(output, tokenizer, lang=lang, kind=kind, seed=seed) as writer,
-        batches as encoded,
-    ):
-        for source, target in encoded:
+    batches = closing(_encoded_with_batches(input, tokenizer, batch_size, workers))
+    writer = TrainingFileWriter(
+        output,
+        vocab_size=tokenizer.vocab_size,
+        spm_sha256=tokenizer.sha256,
+        lang=lang,
+        kind=kind,
+        seed=seed,
+        groups=groups,
+        group_kinds=group_kinds,
+    )
+    with writer, batches as encoded:
+        for batch, (source, target) in encoded:
             report.n_in += len(source)
             progress.update(len(source))
-            source, target = without_empty_pairs(source, target, report)
+            group = _group_indices(batch, groups) if groups else None
+            source, target, group = without_empty_pairs(source, target, report, group)
             if len(source):
-                writer.append(source, target)
+                writer.append(source, target, group)
         report.n_out = writer.n_pairs
     log.info("packed %d pairs into %s", report.n_out, output)
     return report.finish()

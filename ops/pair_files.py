@@ -50,13 +50,19 @@ CORPUS = "corpus"
 
 
 def pair_schema(
-    src_lang: str, tgt_lang: str, *, with_score: bool, with_corpus: bool = False
+    src_lang: str,
+    tgt_lang: str,
+    *,
+    with_score: bool,
+    with_corpus: bool = False,
+    extra_fields: Sequence[pa.Field] = (),
 ) -> pa.Schema:
     fields = [pa.field("src", pa.string()), pa.field("tgt", pa.string())]
     if with_score:
         fields.append(pa.field("score", pa.float32()))
     if with_corpus:
         fields.append(pa.field(CORPUS, pa.string()))
+    fields.extend(extra_fields)
     return pa.schema(fields, metadata={"src_lang": src_lang, "tgt_lang": tgt_lang})
 
 
@@ -83,10 +89,15 @@ class PairWriter:
         with_score: bool = False,
         with_corpus: bool = False,
         background: bool = False,
+        extra_fields: Sequence[pa.Field] = (),
     ) -> None:
         self.path = Path(path)
         self.schema = pair_schema(
-            src_lang, tgt_lang, with_score=with_score, with_corpus=with_corpus
+            src_lang,
+            tgt_lang,
+            with_score=with_score,
+            with_corpus=with_corpus,
+            extra_fields=extra_fields,
         )
         self.with_score = with_score
         self.with_corpus = with_corpus

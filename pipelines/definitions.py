@@ -24,6 +24,7 @@ from assets import (
     filtered,
     langid,
     model,
+    multi,
     raw_pairs,
     scoreboard,
     training_data,
@@ -46,6 +47,7 @@ ASSET_MODULES = [
     training_data,
     model,
     evaluation,
+    multi,
     scoreboard,
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-from assets.catalog import DATA_GROUP, MODEL_GROUP, SCOREBOARD_GROUP
+from assets.catalog import DATA_GROUP, MODEL_GROUP, MULTI_GROUP, SCOREBOARD_GROUP
 from assets.profiles import profile_summary
 
 #: Asset groups in pipeline order; every partitioned asset belongs to exactly one. The
@@ -36,10 +36,33 @@ train_evaluate_job = define_asset_job(
     f"{profile_summary()}.",
 )
 
+prepare_pairs_job = define_asset_job(
+    "prepare_pairs_job",
+    selection=AssetSelection.assets("deduplicated_pairs").upstream(),
+    description="One language's pairs up to deduplicated_pairs: what the multilingual model "
+    "reads (make run PARTITION=multi runs it for each of its languages first).",
+)
+
+psp_multi_job = define_asset_job(
+    "psp_multi_job",
+    selection=AssetSelection.groups(MULTI_GROUP, SCOREBOARD_GROUP),
+    description="The multilingual model (not partitioned): the [multi] languages' "
+    "deduplicated pairs, temperature-sampled, one vocabulary, training, evaluation on every "
+    "set, then the scoreboard. The languages' pairs must be there: make run PARTITION=multi "
+    "builds them first.",
+)
+
 scoreboard_job = define_asset_job(
     "scoreboard_job",
     selection=AssetSelection.groups(SCOREBOARD_GROUP),
     description="One table of every evaluated language's results (not partitioned).",
 )
 
-JOBS = [psp_language_job, prepare_data_job, train_evaluate_job, scoreboard_job]
+JOBS = [
+    psp_language_job,
+    prepare_data_job,
+    train_evaluate_job,
+    prepare_pairs_job,
+    psp_multi_job,
+    scoreboard_job,
+]

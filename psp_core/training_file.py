@@ -6,8 +6,11 @@ Layout::
     src_offsets int64[n_pairs + 1]    pair i's source is src_ids[src_offsets[i]:src_offsets[i+1]]
     tgt_ids     int32[n_tgt_tokens]
     tgt_offsets int64[n_pairs + 1]
-    attrs: n_pairs, vocab_size, spm_sha256, lang, kind ("bitext" | "paraphrase"), seed,
-           format_version
+    pair_group  uint16[n_pairs]       only in a file of several languages (kind "mixed"): the
+                                      index of each pair's group in the attr ``groups``
+    attrs: n_pairs, vocab_size, spm_sha256, lang, kind ("bitext" | "paraphrase" | "mixed"),
+           seed, format_version; a mixed file also ``groups`` (JSON list of language codes)
+           and ``group_kinds`` (JSON list, each group's kind: its negative-mining rule)
 
 Pairs are stored already shuffled, so training reads contiguous slices and memory does not grow
 with the corpus. The writer appends batches and renames a temporary file into place only when it
@@ -16,7 +19,9 @@ is closed without error, so a file at the final path is always complete.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +33,8 @@ from psp_core.csr import TokenBatch
 
 FORMAT_VERSION = 1
 KINDS = ("bitext", "paraphrase")
+#: the kind of a file whose pairs come from several languages, each pair with its group
+MIXED = "mixed"
 _SIDES = ("src", "tgt")
 _CHUNK_TOKENS = 1 << 18
 _CHUNK_OFFSETS = 1 << 15
@@ -49,6 +56,9 @@ class TrainingFileInfo:
     kind: str
     seed: int
     format_version: int
+    #: a mixed file's language groups and their kinds (empty for one language's file)
+    groups: tuple[str, ...] = ()
+    group_kinds: tuple[str, ...] = ()
 
 
 class TrainingFileWriter:
@@ -69,9 +79,18 @@ class TrainingFileWriter:
         lang: str,
         kind: str = "bitext",
         seed: int = 0,
+        groups: Sequence[str] = (),
+        group_kinds: Sequence[str] = (),
     ) -> None:
-        if kind not in KINDS:
+        if groups:
+            if len(group_kinds) != len(groups) or any(k not in KINDS for k in group_kinds):
+                raise ValueError(f"group_kinds must give one of {KINDS} per group")
+            if len(groups) > np.iinfo(np.uint16).max:
+                raise ValueError(f"at most {np.iinfo(np.uint16).max} groups")
+            kind = MIXED
+        elif kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        self.groups = tuple(groups)
         self.path = Path(path)
         self._tmp = self.path.with_name(self.path.name + f".tmp-{os.getpid()}")
         self._attrs = dict(
@@ -82,6 +101,9 @@ class TrainingFileWriter:
             seed=int(seed),
             format_version=FORMAT_VERSION,
         )
+        if groups:
+            self._attrs["groups"] = json.dumps(list(groups))
+            self._attrs["group_kinds"] = json.dumps(list(group_kinds))
         self._file: h5py.File | None = None
         # (ids, offsets) per side, open for the file's life: see append()
         self._datasets: dict[str, tuple[h5py.Dataset, h5py.Dataset]] = {}
@@ -113,10 +135,23 @@ class TrainingFileWriter:
             )
             offsets[0] = 0
             self._datasets[side] = (ids, offsets)
+        if self.groups:
+            self._group = self._file.create_dataset(
+                "pair_group",
+                shape=(0,),
+                maxshape=(None,),
+                dtype=np.uint16,
+                chunks=(_CHUNK_OFFSETS,),
+                compression="gzip",
+                compression_opts=1,
+            )
         return self
 
-    def append(self, source: TokenBatch, target: TokenBatch) -> None:
-        """Append ``len(source)`` pairs (``source[i]`` is aligned with ``target[i]``).
+    def append(
+        self, source: TokenBatch, target: TokenBatch, group: np.ndarray | None = None
+    ) -> None:
+        """Append ``len(source)`` pairs (``source[i]`` is aligned with ``target[i]``); a mixed
+        file (``groups`` given) needs each pair's ``group`` index too.
 
         The datasets stay open between appends: HDF5 keeps the partly filled last chunk in
         the dataset's chunk cache, whereas reopening them (``file[name]`` each time) flushed
@@ -127,6 +162,14 @@ class TrainingFileWriter:
             raise RuntimeError("TrainingFileWriter.append called outside its `with` block")
         if len(source) != len(target):
             raise ValueError(f"{len(source)} source sentences but {len(target)} target sentences")
+        if bool(self.groups) != (group is not None):
+            raise ValueError("pass each pair's group exactly when the file has groups")
+        if group is not None:
+            group = np.asarray(group)
+            if len(group) != len(source) or (
+                len(group) and (group.min() < 0 or group.max() >= len(self.groups))
+            ):
+                raise ValueError(f"group indices must be one per pair, in [0, {len(self.groups)})")
         vocab = self._attrs["vocab_size"]
         for side, batch in zip(_SIDES, (source, target), strict=True):
             if len(batch.ids) and (batch.ids.min() < 0 or batch.ids.max() >= vocab):
@@ -138,6 +181,9 @@ class TrainingFileWriter:
             base_pairs = off_ds.shape[0]
             off_ds.resize((base_pairs + len(batch),))
             off_ds[base_pairs:] = batch.offsets[1:] + base_tokens
+        if group is not None:
+            self._group.resize((self.n_pairs + len(group),))
+            self._group[self.n_pairs :] = group.astype(np.uint16)
         self.n_pairs += len(source)
 
     def __exit__(
@@ -208,14 +254,29 @@ class TrainingFile:
                     f"{self.path}: {side}_offsets ends at {int(offsets[-1])} but {side}_ids has "
                     f"{self._file[f'{side}_ids'].shape[0]} tokens (truncated file?)"
                 )
+        kind = str(attrs.get("kind", "bitext"))
+        groups: tuple[str, ...] = ()
+        group_kinds: tuple[str, ...] = ()
+        if kind == MIXED:
+            if "pair_group" not in self._file or "groups" not in attrs:
+                raise TrainingFileError(f"{self.path}: a mixed file without pair_group/groups")
+            groups = tuple(json.loads(attrs["groups"]))
+            group_kinds = tuple(json.loads(attrs["group_kinds"]))
+            if self._file["pair_group"].shape[0] != n_pairs or len(group_kinds) != len(groups):
+                raise TrainingFileError(
+                    f"{self.path}: pair_group has {self._file['pair_group'].shape[0]} entries "
+                    f"for {n_pairs} pairs, or group_kinds does not match groups"
+                )
         return TrainingFileInfo(
             n_pairs=n_pairs,
             vocab_size=int(attrs["vocab_size"]),
             spm_sha256=str(attrs["spm_sha256"]),
             lang=str(attrs["lang"]),
-            kind=str(attrs.get("kind", "bitext")),
+            kind=kind,
             seed=int(attrs.get("seed", 0)),
             format_version=version,
+            groups=groups,
+            group_kinds=group_kinds,
         )
 
     def __len__(self) -> int:
@@ -234,6 +295,15 @@ class TrainingFile:
         if not 0 <= start <= stop <= len(self):
             raise IndexError(f"pair range [{start}, {stop}) outside [0, {len(self)})")
         return self._read_side("src", start, stop), self._read_side("tgt", start, stop)
+
+    def read_groups(self, start: int, stop: int) -> np.ndarray | None:
+        """The group index of pairs ``start..stop-1`` (int64); None for a one-language file."""
+        if not self.info.groups:
+            return None
+        group = self._file["pair_group"][start:stop].astype(np.int64)
+        if len(group) and group.max() >= len(self.info.groups):
+            raise TrainingFileError(f"{self.path}: pair_group outside groups in [{start}, {stop})")
+        return group
 
     def close(self) -> None:
         self._file.close()

@@ -25,7 +25,9 @@ from psp_core.evaluation.data import (
 from psp_core.evaluation.plan import (
     LASER_CODES,
     EvaluationPlan,
+    comparison_markdown,
     plan_for_language,
+    plan_for_languages,
     scoreboard_markdown,
     scoreboard_rows,
 )
@@ -50,7 +52,9 @@ __all__ = [
     "DEFAULT_EVAL_SOURCES",
     "LASER_CODES",
     "EvaluationPlan",
+    "comparison_markdown",
     "plan_for_language",
+    "plan_for_languages",
     "scoreboard_markdown",
     "scoreboard_rows",
     "STS17_TRACKS",

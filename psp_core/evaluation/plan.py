@@ -59,6 +59,19 @@ def plan_for_language(lang: str) -> EvaluationPlan:
     return EvaluationPlan(suites + ("speed",), tracks, tatoeba)
 
 
+def plan_for_languages(langs: list[str] | tuple[str, ...]) -> EvaluationPlan:
+    """The evaluation of one model trained on several languages (the multilingual model): the
+    union of their plans, with the English suites (STS 2012-2016, STS 2017 en-en, STS-B) always
+    in, so the multilingual model is compared with every per-language model on its own sets."""
+    plans = [plan_for_language(lang) for lang in ("en", *langs)]
+    suites = sorted({suite for plan in plans for suite in plan.suites} - {"speed"})
+    tracks = sorted({track for plan in plans for track in plan.sts17_tracks})
+    tatoeba = sorted({code for plan in plans for code in plan.tatoeba_languages})
+    if tatoeba and "tatoeba" not in suites:
+        suites.append("tatoeba")
+    return EvaluationPlan((*suites, "speed"), tuple(tracks), tuple(tatoeba))
+
+
 def _cell(value: float | None, paper: float | None = None) -> str:
     text = "-" if value is None else f"{value:.1f}"
     return text if paper is None else f"{text} ({paper:.1f})"
@@ -134,4 +147,50 @@ def scoreboard_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
             f"| {row['lang']} | {sts} | {PAPER_STS_MEAN:.1f} | {sts17 or '-'} | {stsb} | "
             f"{tatoeba or '-'} | {speed} |"
         )
+    return "\n".join(lines)
+
+
+def _comparison_sets(row: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
+    """``(label, value of a scoreboard row, higher is better)`` for every set of ``row``."""
+    sets: list[tuple[str, Any, bool]] = [
+        ("STS mean (Pearson)", lambda r: r["sts_mean_pearson"], True),
+        ("STS-B dev (Pearson)", lambda r: r["stsb_dev_pearson"], True),
+    ]
+    for track in sorted(row["sts17_pearson"]):
+        label = f"STS 2017 {track} (Pearson)" + (" (dev)" if track == row["sts17_dev"] else "")
+        sets.append((label, lambda r, t=track: r["sts17_pearson"].get(t), True))
+    for code in sorted(row["tatoeba_error"]):
+        sets.append(
+            (
+                f"Tatoeba {code} error % (cosine)",
+                lambda r, c=code: (r["tatoeba_error"].get(c) or {}).get("cosine"),
+                False,
+            )
+        )
+    return sets
+
+
+def comparison_markdown(results: Mapping[str, Mapping[str, Any]], model: str = "multi") -> str:
+    """``model`` (the multilingual model) beside the per-language models, one row per set it
+    was evaluated on: its score, the best per-language model's on that set and which one, and
+    the difference (positive: the multilingual model is better; for Tatoeba, error rates, the
+    sign is turned so that positive still means better). Empty when ``model`` has no results."""
+    rows = {row["lang"]: row for row in scoreboard_rows(results)}
+    ours = rows.pop(model, None)
+    if ours is None:
+        return ""
+    lines = [
+        f"| set | {model} | best per-language model | its score | {model} better by |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for label, value_of, higher in _comparison_sets(ours):
+        value = value_of(ours)
+        scored = [(value_of(row), lang) for lang, row in rows.items() if value_of(row) is not None]
+        if not scored:
+            lines.append(f"| {label} | {_cell(value)} | - | - | - |")
+            continue
+        best, lang = max(scored) if higher else min(scored)
+        gain = None if value is None else (value - best if higher else best - value)
+        gain_text = "-" if gain is None else f"{gain:+.1f}"
+        lines.append(f"| {label} | {_cell(value)} | {lang} | {_cell(best)} | {gain_text} |")
     return "\n".join(lines)

@@ -11,6 +11,9 @@ OPTIMIZERS = ("sparse", "dense")
 
 
 MINING_DTYPES = ("float32", "float32-plain", "bfloat16")
+#: where a mixed (several languages) file's negatives come from: the pairs of the same kind
+#: in the whole mega-batch, or only the pairs of the same language
+NEGATIVES_WITHIN = ("megabatch", "language")
 
 
 @dataclass
@@ -38,7 +41,12 @@ class TrainConfig:
             points of dense per epoch and 3.6x faster per epoch on 2 CPU cores, so 2.5 points
             better for the same training time.
         negatives_from: ``"opposite"`` (bitext), ``"any"`` (paraphrase) or ``None`` to follow
-            the training file's ``kind``.
+            the training file's ``kind`` (a mixed file: each pair's group's kind).
+        negatives_within: in a file of several languages, ``"megabatch"`` mines each pair's
+            negatives among every pair of its kind in the mega-batch whatever its language
+            (bitext from the opposite side of every language's pairs, paraphrases from any
+            paraphrase sentence); ``"language"`` only among the pairs of its own language.
+            One-language files are not affected.
         checkpoint_every: save a checkpoint at the first mega-batch boundary after this many
             mini-batches (0: only at epoch ends).
         shuffle_block: pairs per block when reshuffling between epochs (bounded memory: block
@@ -73,6 +81,7 @@ class TrainConfig:
     seed: int = 1
     optimizer: str = "sparse"
     negatives_from: str | None = None
+    negatives_within: str = "megabatch"
     checkpoint_every: int = 1000
     shuffle_block: int = 100_000
     mining_chunk_rows: int = 512
@@ -94,6 +103,10 @@ class TrainConfig:
         if self.mining_dtype not in MINING_DTYPES:
             raise ValueError(
                 f"mining_dtype must be one of {MINING_DTYPES}, got {self.mining_dtype!r}"
+            )
+        if self.negatives_within not in NEGATIVES_WITHIN:
+            raise ValueError(
+                f"negatives_within must be one of {NEGATIVES_WITHIN}, got {self.negatives_within!r}"
             )
         if self.anneal_every < 0 or self.checkpoint_every < 0:
             raise ValueError("anneal_every and checkpoint_every must be >= 0")

@@ -21,9 +21,29 @@ from psp_core.training_file import TrainingFile
 class PairBatch:
     source: TokenBatch
     target: TokenBatch
+    #: each pair's group index (a file of several languages), else None
+    group: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.source)
+
+    def slice(self, start: int, stop: int) -> PairBatch:
+        group = None if self.group is None else self.group[start:stop]
+        return PairBatch(self.source.slice(start, stop), self.target.slice(start, stop), group)
+
+    def take(self, rows: np.ndarray) -> PairBatch:
+        group = None if self.group is None else self.group[rows]
+        return PairBatch(self.source.take(rows), self.target.take(rows), group)
+
+    @staticmethod
+    def concat(batches: list[PairBatch]) -> PairBatch:
+        groups = [b.group for b in batches]
+        has_groups = bool(batches) and all(g is not None for g in groups)
+        return PairBatch(
+            TokenBatch.concat([b.source for b in batches]),
+            TokenBatch.concat([b.target for b in batches]),
+            np.concatenate(groups) if has_groups else None,
+        )
 
 
 class EpochStream:
@@ -56,7 +76,7 @@ class EpochStream:
         high = min(low + self.block_size, len(self.data))
         source, target = self.data.read(low, high)
         order = np.random.default_rng(int(self._block_seeds[slot])).permutation(high - low)
-        return PairBatch(source.take(order), target.take(order))
+        return PairBatch(source, target, self.data.read_groups(low, high)).take(order)
 
     def _block_length(self, slot: int) -> int:
         low = int(self._block_order[slot]) * self.block_size
@@ -89,12 +109,9 @@ class EpochStream:
                 continue
             n = min(needed, len(self._buffer))
             buf = self._buffer
-            pieces.append(PairBatch(buf.source.slice(0, n), buf.target.slice(0, n)))
-            self._buffer = PairBatch(buf.source.slice(n, len(buf)), buf.target.slice(n, len(buf)))
+            pieces.append(buf.slice(0, n))
+            self._buffer = buf.slice(n, len(buf))
             needed -= n
-        batch = PairBatch(
-            TokenBatch.concat([p.source for p in pieces]),
-            TokenBatch.concat([p.target for p in pieces]),
-        )
+        batch = PairBatch.concat(pieces)
         self.position += len(batch)
         return batch

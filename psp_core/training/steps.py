@@ -36,6 +36,10 @@ class StepSettings:
     loss_dims: tuple[int, ...] = ()
     # several processes: gradients and the loss are averaged over the ranks every step
     distributed: DistributedContext = field(default_factory=DistributedContext)
+    # a mixed file: per group index, its mining rule ("opposite" | "any") and the key of the
+    # pairs it mines among (groups with equal keys share candidates; equal keys, equal rules)
+    group_rules: tuple[str, ...] = ()
+    group_keys: tuple[int, ...] = ()
 
 
 def encode(model: MeanEmbeddingEncoder, batch: TokenBatch, device: torch.device) -> torch.Tensor:
@@ -46,6 +50,55 @@ def encode(model: MeanEmbeddingEncoder, batch: TokenBatch, device: torch.device)
 
 def _hashes(batch: TokenBatch, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(sentence_hashes(batch.ids, batch.offsets)).to(device)
+
+
+def _mine(settings: StepSettings, rule: str, *embeddings_and_hashes: torch.Tensor):
+    return mine_hard_negatives(
+        *embeddings_and_hashes,
+        negatives_from=rule,
+        chunk_rows=settings.mining_chunk_rows,
+        dtype=settings.mining_dtype,
+        screen=settings.mining_screen,
+    )
+
+
+def _mine_by_group(
+    mega: PairBatch,
+    settings: StepSettings,
+    source_embeddings: torch.Tensor,
+    target_embeddings: torch.Tensor,
+    source_hashes: torch.Tensor,
+    target_hashes: torch.Tensor,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Negatives of a mixed mega-batch: each set of pairs with the same mining key mines among
+    itself with its rule. Returns, per pair, the negative's row in the pooled ``[sources;
+    targets]`` of the whole mega-batch (-1: none), for its source and for its target."""
+    n = len(mega)
+    keys = np.asarray(settings.group_keys, dtype=np.int64)[mega.group]
+    for_source = np.full(n, -1, dtype=np.int64)
+    for_target = np.full(n, -1, dtype=np.int64)
+    for key in np.unique(keys):
+        rows = np.flatnonzero(keys == key)
+        rule = settings.group_rules[int(mega.group[rows[0]])]
+        index = torch.from_numpy(rows).to(source_embeddings.device)
+        negatives = _mine(
+            settings,
+            rule,
+            source_embeddings.index_select(0, index),
+            target_embeddings.index_select(0, index),
+            source_hashes.index_select(0, index),
+            target_hashes.index_select(0, index),
+        )
+        # the rule's pool (targets, sources, or both pooled) as rows of the mega-batch's pool
+        if rule == "opposite":
+            pool_of_source, pool_of_target = n + rows, rows
+        else:
+            pool_of_source = pool_of_target = np.concatenate([rows, n + rows])
+        chosen_s = negatives.for_source.cpu().numpy()
+        chosen_t = negatives.for_target.cpu().numpy()
+        for_source[rows] = np.where(chosen_s >= 0, pool_of_source[np.maximum(chosen_s, 0)], -1)
+        for_target[rows] = np.where(chosen_t >= 0, pool_of_target[np.maximum(chosen_t, 0)], -1)
+    return for_source, for_target
 
 
 def train_megabatch(
@@ -70,23 +123,28 @@ def train_megabatch(
     with torch.no_grad():
         source_embeddings = encode(model, mega.source, device)
         target_embeddings = encode(model, mega.target, device)
-    negatives = mine_hard_negatives(
-        source_embeddings,
-        target_embeddings,
-        _hashes(mega.source, device),
-        _hashes(mega.target, device),
-        negatives_from=settings.negatives_from,
-        chunk_rows=settings.mining_chunk_rows,
-        dtype=settings.mining_dtype,
-        screen=settings.mining_screen,
-    )
-    del source_embeddings, target_embeddings
-    if settings.negatives_from == "opposite":
-        pool_for_source, pool_for_target = mega.target, mega.source
-    else:
+    source_hashes, target_hashes = _hashes(mega.source, device), _hashes(mega.target, device)
+    if mega.group is not None:
+        for_source, for_target = _mine_by_group(
+            mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes
+        )
         pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
-    for_source = negatives.for_source.cpu().numpy()
-    for_target = negatives.for_target.cpu().numpy()
+    else:
+        negatives = _mine(
+            settings,
+            settings.negatives_from,
+            source_embeddings,
+            target_embeddings,
+            source_hashes,
+            target_hashes,
+        )
+        if settings.negatives_from == "opposite":
+            pool_for_source, pool_for_target = mega.target, mega.source
+        else:
+            pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
+        for_source = negatives.for_source.cpu().numpy()
+        for_target = negatives.for_target.cpu().numpy()
+    del source_embeddings, target_embeddings
 
     model.train()
     params = list(model.parameters())

@@ -69,7 +69,9 @@ def default_pretokenizer(lang: str) -> str:
     return "jieba" if lang.split("-")[-1].startswith("zh") else "none"
 
 
-def languages_of(lang: str, kind: str) -> list[str]:
+def languages_of(lang: str, kind: str, groups: tuple[str, ...] = ()) -> list[str]:
+    if groups:  # a mixed file: its groups are its languages, English on every bitext side
+        return sorted({"en", *groups})
     if kind == "paraphrase":
         return [lang]
     return ["en", lang] if lang != "en" else ["en"]
@@ -142,9 +144,24 @@ def train(
             )
         if len(data) == 0:
             raise ValueError(f"{data_path} holds no pairs")
-        negatives_from = config.negatives_from or (
-            "any" if info.kind == "paraphrase" else "opposite"
+        group_rules = tuple(
+            config.negatives_from or ("any" if kind == "paraphrase" else "opposite")
+            for kind in info.group_kinds
         )
+        if info.groups:
+            # each group mines among its kind's pairs, or (negatives_within="language") its own
+            kinds = sorted(set(info.group_kinds))
+            by_language = config.negatives_within == "language"
+            group_keys = tuple(
+                index if by_language else kinds.index(kind)
+                for index, kind in enumerate(info.group_kinds)
+            )
+            negatives_from = "by kind, within the " + config.negatives_within
+        else:
+            group_keys = ()
+            negatives_from = config.negatives_from or (
+                "any" if info.kind == "paraphrase" else "opposite"
+            )
         fingerprint = {
             **config.fingerprint(),
             "negatives_from": negatives_from,
@@ -186,6 +203,8 @@ def train(
             device=device,
             distributed=distributed,
             loss_dims=config.matryoshka_dims or (),
+            group_rules=group_rules,
+            group_keys=group_keys,
         )
         pairs_per_step = config.batch_size * distributed.world_size
         epoch_steps = math.ceil(len(data) / pairs_per_step)
@@ -316,8 +335,7 @@ def _shard(mega: PairBatch, distributed: DistributedContext) -> PairBatch:
     if not distributed.is_distributed:
         return mega
     size = len(mega) // distributed.world_size
-    start, stop = distributed.rank * size, (distributed.rank + 1) * size
-    return PairBatch(mega.source.slice(start, stop), mega.target.slice(start, stop))
+    return mega.slice(distributed.rank * size, (distributed.rank + 1) * size)
 
 
 def _save(store, distributed, model, optimizer, state, fingerprint) -> None:
@@ -335,7 +353,7 @@ def _bundle_config(tokenizer, info, config, training=None) -> BundleConfig:
         lowercase=tokenizer.lowercase,
         pretokenizer=tokenizer.pretokenizer_name,
         max_length=tokenizer.max_length,
-        languages=languages_of(info.lang, info.kind),
+        languages=languages_of(info.lang, info.kind, info.groups),
         training=training or {},
     )
 

@@ -26,7 +26,15 @@ EXPECTED_ASSETS = {
     "psp_model": ("model", {"sentencepiece_model", "training_data"}),
     "model_evaluation": ("model", {"psp_model"}),
 }
-UNPARTITIONED_ASSETS = {"evaluation_scoreboard": ("scoreboard", {"model_evaluation"})}
+UNPARTITIONED_ASSETS = {
+    "evaluation_scoreboard": ("scoreboard", {"model_evaluation", "multi_evaluation"}),
+    # the multilingual model: every language's deduplicated pairs, then the shared stages
+    "multi_pairs": ("multi", {"deduplicated_pairs"}),
+    "multi_sentencepiece_model": ("multi", {"multi_pairs"}),
+    "multi_training_data": ("multi", {"multi_pairs", "multi_sentencepiece_model"}),
+    "multi_psp_model": ("multi", {"multi_sentencepiece_model", "multi_training_data"}),
+    "multi_evaluation": ("multi", {"multi_psp_model"}),
+}
 EXPECTED_CHECKS = {
     ("raw_pairs", "raw_pairs_not_empty"),
     ("langid_filtered_pairs", "langid_pass_rate_in_range"),
@@ -35,6 +43,10 @@ EXPECTED_CHECKS = {
     ("training_data", "training_data_has_no_empty_sentences"),
     ("psp_model", "model_vocab_matches_sentencepiece"),
     ("psp_model", "model_weights_finite"),
+    ("multi_pairs", "deduplicated_pairs_not_empty"),
+    ("multi_training_data", "training_data_has_no_empty_sentences"),
+    ("multi_psp_model", "model_vocab_matches_sentencepiece"),
+    ("multi_psp_model", "model_weights_finite"),
 }
 EXPECTED_JOBS = {
     "psp_language_job": set(EXPECTED_ASSETS),
@@ -47,8 +59,17 @@ EXPECTED_JOBS = {
         "training_data",
     },
     "train_evaluate_job": {"psp_model", "model_evaluation"},
+    "prepare_pairs_job": {
+        "raw_pairs",
+        "langid_filtered_pairs",
+        "length_filtered_pairs",
+        "deduplicated_pairs",
+    },
 }
-UNPARTITIONED_JOBS = {"scoreboard_job": {"evaluation_scoreboard"}}
+UNPARTITIONED_JOBS = {
+    "scoreboard_job": {"evaluation_scoreboard"},
+    "psp_multi_job": {name for name in UNPARTITIONED_ASSETS},
+}
 
 
 def test_assets_dependencies_groups_and_partitions() -> None:
@@ -79,14 +100,14 @@ def test_blocking_asset_checks() -> None:
         assert spec.description and "Blocking" in spec.description, key
 
 
-def test_every_asset_has_an_owner_and_one_of_three_groups() -> None:
+def test_every_asset_has_an_owner_and_one_of_four_groups() -> None:
     graph = defs.get_repository_def().asset_graph
     groups = set()
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         assert node.owners == ["team:psp"], key
         groups.add(node.group_name)
-    assert groups == {"data", "model", "scoreboard"}
+    assert groups == {"data", "model", "multi", "scoreboard"}
 
 
 def test_download_retry_policy_and_training_pool() -> None:

@@ -277,3 +277,44 @@ def test_a_broken_language_leaves_the_others_runnable(
     assert "STEP_UP_FOR_RETRY" not in fr["events"]
     assert len(fr["failures"]) == 1 and expected in fr["failures"][0]
     assert fr["seconds"] < 10
+
+
+def test_the_multilingual_model_is_a_registry_setting() -> None:
+    shipped = load_registry()
+    assert shipped.multi_languages() == PAPER_LANGUAGES  # default: every language
+    assert shipped.multi.pretokenizer == "rjieba_han"
+    assert shipped.multi.sentencepiece.vocab_size == 50_000  # the paper's shared vocabulary
+    spec = shipped.multi.as_language()
+    assert (spec.code, spec.kind, spec.pretokenizer) == ("multi", "mixed", "rjieba_han")
+    chosen = parse_registry(
+        VALID_PT
+        + '[languages.is]\nsource = "local"\nlocal_dir = "/x"\n'
+        + '[multi]\nlanguages = ["is"]\nsampling_alpha = 0.3\n[multi.training]\nepochs = 2\n',
+        Path("languages.toml"),
+    )
+    assert chosen.multi_languages() == ["is"] and chosen.multi.sampling_alpha == 0.3
+    assert chosen.multi.as_language().train_config().epochs == 2
+
+
+@pytest.mark.parametrize(
+    ("multi", "message"),
+    [
+        ('languages = ["xx"]', "[multi]: languages ['xx'] have no [languages.X] table"),
+        ("sampling_alpha = 2", "[multi]: sampling_alpha must be a number in [0, 1]"),
+        ("alpha = 0.5", "[multi]: unknown keys ['alpha']"),
+        ('pretokenizer = "mecab"', "[multi]: pretokenizer must be one of"),
+    ],
+)
+def test_a_broken_multi_table_is_a_clear_error(multi: str, message: str) -> None:
+    with pytest.raises(RegistryError) as error:
+        parse_registry(VALID_PT + "[multi]\n" + multi + "\n", Path("languages.toml"))
+    assert message in str(error.value)
+
+
+def test_a_broken_language_of_the_multilingual_model_is_named() -> None:
+    registry = parse_registry(
+        VALID_PT + '[languages.fr]\nsource = "ftp"\n[multi]\nlanguages = ["pt", "fr"]\n',
+        Path("languages.toml"),
+    )
+    with pytest.raises(RegistryError, match=r"\[languages.fr\]: source must be one of"):
+        registry.multi_languages()

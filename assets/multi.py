@@ -1,0 +1,299 @@
+"""The multilingual model (group ``multi``): one vocabulary and one model for every language of
+the registry's ``[multi]`` table, trained on the union of the languages' deduplicated pairs
+(the per-language chain's own outputs, never a second download), each language drawn by
+temperature sampling (:mod:`ops.multi_pairs`).
+
+The assets are unpartitioned and stored under the code ``multi``; past the pairs they run the
+per-language stages' own code (vocabulary, packing, training, evaluation) with the ``[multi]``
+settings, so the multilingual model is trained and evaluated exactly as a language's model is.
+``make run PARTITION=multi`` prepares the languages' pairs first (``scripts/run_multi.py``).
+"""
+
+from dagster import (
+    AllPartitionMapping,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetDep,
+    AssetExecutionContext,
+    DataVersion,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from assets import deduplicated, model, training_data
+from assets.catalog import MULTI_GROUP, OWNERS
+from assets.config import (
+    EvaluationConfig,
+    MultiPairsConfig,
+    SentencepieceConfig,
+    TrainingConfig,
+    TrainingDataConfig,
+)
+from assets.evaluation import build_evaluation
+from assets.languages import MULTI, load_registry
+from assets.log_bridge import logs_to_dagster
+from assets.metadata import common_metadata
+from assets.model import build_model
+from assets.profiles import ProfileResource
+from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
+from assets.stage import Stage, fingerprint, read_manifest
+from assets.training_data import build_training_data
+from assets.vocabulary import build_sentencepiece
+from ops.multi_pairs import LanguagePairs, sample_languages
+from psp_core.evaluation import plan_for_languages
+from psp_core.tokenizer import make_pretokenizer
+
+CODE_VERSION = "1"
+#: seeds the temperature sample
+SAMPLING_SEED = 1234
+PAIRS_CHECK = deduplicated.CHECK
+
+
+def language_inputs(storage: StorageResource) -> tuple[list[LanguagePairs], dict[str, str]]:
+    """Each ``[multi]`` language's deduplicated pairs (the unsegmented ones of a segmented
+    language: the multilingual pre-tokenizer applies to raw text) and their fingerprints.
+
+    Raises:
+        Failure: some languages have no deduplicated pairs yet; the message names them and
+            how to build them.
+    """
+    registry = load_registry()
+    inputs, fingerprints, missing = [], {}, []
+    for code in registry.multi_languages():
+        manifest = read_manifest(storage.stage_dir(code, "deduplicated_pairs"))
+        if manifest is None or not manifest.complete():
+            missing.append(code)
+            continue
+        segmented = registry[code].pretokenizer != "none"
+        if segmented and "unsegmented" not in manifest.outputs:
+            missing.append(code)  # written before the unsegmented pairs were kept
+            continue
+        path = manifest.output("unsegmented" if segmented else "pairs")
+        inputs.append(LanguagePairs(code, registry[code].kind, path))
+        fingerprints[code] = manifest.fingerprint
+    if missing:
+        raise Failure(
+            f"the multilingual model needs the deduplicated pairs of {', '.join(missing)}, "
+            f"which are not there (or predate the multilingual model) under {storage.root}. "
+            "Build them first: `make run PARTITION=multi` does, or materialize "
+            "deduplicated_pairs (with its upstream) for those partitions in the UI, or "
+            "`dagster job execute -j prepare_pairs_job --tags "
+            f'\'{{"dagster/partition": "{missing[0]}"}}\'` for each.'
+        )
+    return inputs, fingerprints
+
+
+def languages_table(record: dict) -> MetadataValue:
+    registry = load_registry()
+    lines = [
+        "| language | source | kind | pairs in | pairs out | share | whole copies | sampled |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for code, row in record["languages"].items():
+        source = registry[code].source
+        lines.append(
+            f"| {code} | {source} | {row['kind']} | {row['pairs_in']:,} | {row['pairs_out']:,} "
+            f"| {row['share']:.1%} | {row['copies']} | {row['sampled']:,} |"
+        )
+    return MetadataValue.md("\n".join(lines))
+
+
+@asset(
+    group_name=MULTI_GROUP,
+    owners=OWNERS,
+    code_version=CODE_VERSION,
+    deps=[AssetDep("deduplicated_pairs", partition_mapping=AllPartitionMapping())],
+    kinds={"parquet"},
+    check_specs=[
+        AssetCheckSpec(
+            PAIRS_CHECK,
+            asset="multi_pairs",
+            blocking=True,
+            description="At least one pair in the union. Blocking: the vocabulary and the "
+            "training need data.",
+        )
+    ],
+)
+def multi_pairs(
+    context: AssetExecutionContext, config: MultiPairsConfig, storage: StorageResource
+) -> MaterializeResult:
+    """Every ``[multi]`` language's deduplicated pairs, temperature-sampled into one file with
+    each pair's language, pre-tokenized with the multilingual pre-tokenizer."""
+    multi = load_registry().multi
+    inputs, upstream = language_inputs(storage)
+    alpha = multi.sampling_alpha if config.sampling_alpha is None else config.sampling_alpha
+    if not 0.0 <= alpha <= 1.0:
+        raise Failure(f"sampling_alpha must be in [0, 1], got {alpha}")
+    stage = Stage(storage, MULTI, "deduplicated_pairs")
+    key = fingerprint(
+        stage="multi_pairs",
+        code=CODE_VERSION,
+        upstream=upstream,
+        kinds={lang.code: lang.kind for lang in inputs},
+        alpha=alpha,
+        seed=SAMPLING_SEED,
+        pretokenizer=multi.pretokenizer,
+    )
+
+    def run() -> tuple[dict, dict]:
+        record = sample_languages(
+            inputs,
+            stage.path("pairs.parquet"),
+            alpha=alpha,
+            seed=SAMPLING_SEED,
+            pretokenize=make_pretokenizer(multi.pretokenizer),
+        )
+        return {"pairs": "pairs.parquet"}, record
+
+    with logs_to_dagster(context.log, "ops"):
+        manifest = stage.run(key, run, force=config.force)
+    record = manifest.record
+    metadata = common_metadata(manifest, "pairs")
+    metadata.update(
+        {
+            "languages": languages_table(record),
+            "pairs_in": MetadataValue.int(record["n_in"]),
+            "pairs_out": MetadataValue.int(record["n_out"]),
+            "sampling_alpha": MetadataValue.float(record["alpha"]),
+            "pretokenizer": MetadataValue.text(multi.pretokenizer),
+        }
+    )
+    return MaterializeResult(
+        metadata=metadata,
+        data_version=DataVersion(manifest.fingerprint),
+        check_results=[
+            AssetCheckResult(
+                check_name=PAIRS_CHECK,
+                passed=record["n_out"] > 0,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"pairs_out": record["n_out"]},
+            )
+        ],
+    )
+
+
+@asset(
+    group_name=MULTI_GROUP,
+    owners=OWNERS,
+    code_version="1",
+    deps=["multi_pairs"],
+    kinds={"sentencepiece"},
+)
+def multi_sentencepiece_model(
+    context: AssetExecutionContext,
+    config: SentencepieceConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+    profile: ProfileResource,
+) -> MaterializeResult:
+    """One vocabulary for every script (default 50,000, the paper's), trained on a sample of
+    the temperature-sampled pairs."""
+    spec = load_registry().multi.as_language()
+    return build_sentencepiece(
+        context, spec, config, storage, compute, profile, profile_asset="multi_sentencepiece_model"
+    )
+
+
+@asset(
+    group_name=MULTI_GROUP,
+    owners=OWNERS,
+    code_version="1",
+    deps=["multi_pairs", "multi_sentencepiece_model"],
+    kinds={"hdf5"},
+    check_specs=[
+        AssetCheckSpec(
+            training_data.CHECK,
+            asset="multi_training_data",
+            blocking=True,
+            description="The packed file has pairs and no sentence without pieces. Blocking: an "
+            "empty sentence has no embedding.",
+        )
+    ],
+)
+def multi_training_data(
+    context: AssetExecutionContext,
+    config: TrainingDataConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+) -> MaterializeResult:
+    """Shuffle, encode and pack the pairs, each with its language (its mining group)."""
+    registry = load_registry()
+    codes = registry.multi_languages()
+    return build_training_data(
+        context,
+        registry.multi.as_language(),
+        config,
+        storage,
+        compute,
+        groups=codes,
+        group_kinds=[registry[code].kind for code in codes],
+    )
+
+
+@asset(
+    group_name=MULTI_GROUP,
+    owners=OWNERS,
+    code_version="1",
+    deps=["multi_sentencepiece_model", "multi_training_data"],
+    pool="psp_training",
+    kinds={"pytorch"},
+    check_specs=[
+        AssetCheckSpec(
+            model.VOCAB_CHECK,
+            asset="multi_psp_model",
+            blocking=True,
+            description="The bundle's embedding table has one row per piece of the shared "
+            "vocabulary. Blocking: otherwise ids would index the wrong rows.",
+        ),
+        AssetCheckSpec(
+            model.FINITE_CHECK,
+            asset="multi_psp_model",
+            blocking=True,
+            description="Every weight is finite. Blocking: a NaN row makes every sentence with "
+            "that piece NaN.",
+        ),
+    ],
+)
+def multi_psp_model(
+    context: AssetExecutionContext,
+    config: TrainingConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+    eval_data: EvaluationDataResource,
+    profile: ProfileResource,
+) -> MaterializeResult:
+    """Train the multilingual model: hard negatives from the whole mega-batch whatever their
+    language (each pair by its kind's rule), unless ``negatives_within: language``."""
+    spec = load_registry().multi.as_language()
+    return build_model(
+        context,
+        spec,
+        config,
+        storage,
+        compute,
+        eval_data,
+        profile,
+        profile_asset="multi_psp_model",
+    )
+
+
+@asset(
+    group_name=MULTI_GROUP,
+    owners=OWNERS,
+    code_version="1",
+    deps=["multi_psp_model"],
+    kinds={"json"},
+)
+def multi_evaluation(
+    config: EvaluationConfig,
+    storage: StorageResource,
+    eval_data: EvaluationDataResource,
+    profile: ProfileResource,
+) -> MaterializeResult:
+    """Every set the per-language models are evaluated on: English STS, STS-B, every STS 2017
+    track of its languages, Tatoeba for each of them, and speed."""
+    plan = plan_for_languages(load_registry().multi_languages())
+    return build_evaluation(MULTI, plan, config, storage, eval_data, profile)
