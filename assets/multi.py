@@ -222,6 +222,7 @@ def multi_training_data(
     """Shuffle, encode and pack the pairs, each with its language (its mining group)."""
     registry = load_registry()
     codes = registry.multi_languages()
+    sampled = Stage(storage, MULTI, "training_data").upstream("deduplicated_pairs").record
     return build_training_data(
         context,
         registry.multi.as_language(),
@@ -230,6 +231,13 @@ def multi_training_data(
         compute,
         groups=codes,
         group_kinds=[registry[code].kind for code in codes],
+        # in the bundle's training summary: the languages' pairs and how they were sampled
+        description={
+            "sampling_alpha": sampled["alpha"],
+            "sampling_seed": sampled["seed"],
+            "pairs_in": {code: row["pairs_in"] for code, row in sampled["languages"].items()},
+            "pairs_sampled": {code: row["pairs_out"] for code, row in sampled["languages"].items()},
+        },
     )
 
 

@@ -85,6 +85,7 @@ def build_training_data(
     *,
     groups: Sequence[str] = (),
     group_kinds: Sequence[str] = (),
+    description: dict | None = None,
 ) -> MaterializeResult:
     """The packing stage of ``spec``; ``groups``/``group_kinds``: a file of several languages
     (the multilingual model), each pair's group from its ``lang`` column."""
@@ -99,6 +100,7 @@ def build_training_data(
         seed=config.seed,
         kind=spec.kind,
         **({"groups": list(groups), "group_kinds": list(group_kinds)} if groups else {}),
+        **({"description": description} if description else {}),
     )
 
     def run() -> tuple[dict, dict]:
@@ -122,6 +124,7 @@ def build_training_data(
                 total=pairs.record["n_out"],
                 groups=groups,
                 group_kinds=group_kinds,
+                description=description,
             )
         record = packed.as_dict()
         return {"data": "train.h5"}, record | {"shuffle": shuffle.as_dict(), "seed": config.seed}

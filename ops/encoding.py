@@ -212,6 +212,7 @@ def encode_and_pack(
     total: int | None = None,
     groups: Sequence[str] = (),
     group_kinds: Sequence[str] = (),
+    description: dict | None = None,
 ) -> StageReport:
     """Encode both sides of the (already shuffled) pairs ``input`` and write the training HDF5.
 
@@ -232,6 +233,8 @@ def encode_and_pack(
         groups, group_kinds: a file of several languages (the multilingual model): the pairs'
             ``lang`` column names each pair's group among ``groups``, kept in the file with
             each group's kind (its negative-mining rule).
+        description: JSON-able facts about the data kept in the file's attrs (and so in the
+            bundle's training summary), e.g. the multilingual model's sampling.
     """
     report = StageReport("encode_and_pack")
     progress = Progress("encode and pack", total if total is not None else _pair_count(input))
@@ -247,6 +250,7 @@ def encode_and_pack(
         seed=seed,
         groups=groups,
         group_kinds=group_kinds,
+        description=description,
     )
     with writer, batches as encoded:
         for batch, (source, target) in encoded:

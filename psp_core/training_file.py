@@ -59,6 +59,10 @@ class TrainingFileInfo:
     #: a mixed file's language groups and their kinds (empty for one language's file)
     groups: tuple[str, ...] = ()
     group_kinds: tuple[str, ...] = ()
+    #: a mixed file's pairs per group, as packed
+    group_pairs: tuple[int, ...] = ()
+    #: what the writer was told about the data (JSON; the multilingual model: its sampling)
+    description: dict | None = None
 
 
 class TrainingFileWriter:
@@ -81,6 +85,7 @@ class TrainingFileWriter:
         seed: int = 0,
         groups: Sequence[str] = (),
         group_kinds: Sequence[str] = (),
+        description: dict | None = None,
     ) -> None:
         if groups:
             if len(group_kinds) != len(groups) or any(k not in KINDS for k in group_kinds):
@@ -104,6 +109,9 @@ class TrainingFileWriter:
         if groups:
             self._attrs["groups"] = json.dumps(list(groups))
             self._attrs["group_kinds"] = json.dumps(list(group_kinds))
+        if description is not None:
+            self._attrs["description"] = json.dumps(description, sort_keys=True)
+        self._group_pairs = np.zeros(len(groups), dtype=np.int64)
         self._file: h5py.File | None = None
         # (ids, offsets) per side, open for the file's life: see append()
         self._datasets: dict[str, tuple[h5py.Dataset, h5py.Dataset]] = {}
@@ -184,6 +192,7 @@ class TrainingFileWriter:
         if group is not None:
             self._group.resize((self.n_pairs + len(group),))
             self._group[self.n_pairs :] = group.astype(np.uint16)
+            self._group_pairs += np.bincount(group, minlength=len(self.groups))
         self.n_pairs += len(source)
 
     def __exit__(
@@ -197,6 +206,8 @@ class TrainingFileWriter:
             if exc_type is None:
                 self._file.attrs.update(self._attrs)
                 self._file.attrs["n_pairs"] = self.n_pairs
+                if self.groups:
+                    self._file.attrs["group_pairs"] = json.dumps(self._group_pairs.tolist())
         finally:
             self._datasets = {}
             self._file.close()
@@ -257,11 +268,13 @@ class TrainingFile:
         kind = str(attrs.get("kind", "bitext"))
         groups: tuple[str, ...] = ()
         group_kinds: tuple[str, ...] = ()
+        group_pairs: tuple[int, ...] = ()
         if kind == MIXED:
             if "pair_group" not in self._file or "groups" not in attrs:
                 raise TrainingFileError(f"{self.path}: a mixed file without pair_group/groups")
             groups = tuple(json.loads(attrs["groups"]))
             group_kinds = tuple(json.loads(attrs["group_kinds"]))
+            group_pairs = tuple(json.loads(attrs.get("group_pairs", "[]")))
             if self._file["pair_group"].shape[0] != n_pairs or len(group_kinds) != len(groups):
                 raise TrainingFileError(
                     f"{self.path}: pair_group has {self._file['pair_group'].shape[0]} entries "
@@ -277,6 +290,8 @@ class TrainingFile:
             format_version=version,
             groups=groups,
             group_kinds=group_kinds,
+            group_pairs=group_pairs,
+            description=json.loads(attrs["description"]) if "description" in attrs else None,
         )
 
     def __len__(self) -> int:

@@ -132,6 +132,10 @@ def test_the_multilingual_model_from_the_languages_own_outputs(world: dict) -> N
     assert model.config.languages == ["de", "en", "zh"]
     assert model.config.pretokenizer == "rjieba_han"
     assert model.config.training["negatives_from"] == "by kind, within the megabatch"
+    data = model.config.training["data"]  # the bundle records the languages and the sampling
+    assert data["description"]["pairs_in"] == counts
+    assert data["description"]["sampling_alpha"] == load_registry().multi.sampling_alpha
+    assert sum(data["group_pairs"]) == sum(counts.values())
 
     # every set of its languages
     evaluation = json.loads((root / "multi" / "model_evaluation" / "results.json").read_text())

@@ -188,3 +188,41 @@ def test_every_profile_runs_for_every_language(small_world: dict, lang: str, mon
         if profile == Profile.smoke:
             evaluation = root / lang / "model_evaluation" / "results.json"
             assert json.loads(evaluation.read_text())["sts"]["mean"] is not None
+
+
+@pytest.mark.real_data
+def test_every_profile_runs_the_multilingual_model(small_world: dict, monkeypatch) -> None:
+    """All eight languages' real pairs (small copies) into one multilingual model per profile:
+    every script through one vocabulary, Chinese through the Han-only pre-tokenizer."""
+    monkeypatch.setenv("PSP_LANGUAGES", str(small_world["work"] / "languages.toml"))
+    root = small_world["work"] / "storage-multi"
+    resources = _resources(small_world, root)
+    codes = load_registry().multi_languages()
+    assert codes == ["en", "ar", "de", "es", "fr", "ru", "tr", "zh"]
+    prepare = [defs.get_assets_def(name) for name in LANGUAGE_STAGES[:4]]
+    for code in codes:
+        assert materialize(prepare, partition_key=code, resources=resources).success, code
+    names = ["multi_pairs", "multi_sentencepiece_model", "multi_training_data", "multi_psp_model"]
+    for profile in Profile:
+        config: dict = {"resources": {"profile": {"config": {"name": profile.value}}}}
+        stages = [*names, "multi_evaluation"]
+        if profile != Profile.smoke:
+            config["ops"] = {"multi_psp_model": {"config": {"max_steps": 3}}}
+            stages = names
+        assets = [defs.get_assets_def(name) for name in stages]
+        result = materialize(assets, resources=resources, run_config=config)
+        assert result.success, profile
+        expected = PROFILE_SETTINGS[profile]
+        model = load_model(root / "multi" / "psp_model" / "model")
+        assert model.config.languages == sorted(codes)
+        assert model.config.pretokenizer == "rjieba_han"
+        assert model.config.dim == expected.get("multi_psp_model", {}).get("dim", 1024)
+        spm = json.loads((root / "multi" / "sentencepiece_model" / "manifest.json").read_text())
+        requested = spm["record"]["settings"]["vocab_size"]
+        assert requested == expected.get("multi_sentencepiece_model", {}).get("vocab_size", 50_000)
+        if profile == Profile.smoke:
+            evaluation = json.loads(
+                (root / "multi" / "model_evaluation" / "results.json").read_text()
+            )
+            assert {"ar-en", "es-en", "tr-en", "en-en"} <= set(evaluation["sts17"])
+            assert evaluation["stsb"] and evaluation["sts"]["mean"] is not None

@@ -61,6 +61,9 @@ def test_groups_survive_the_file_and_the_epoch_shuffle(tmp_path) -> None:
     with TrainingFile(path) as data:
         assert data.info.kind == "mixed"
         assert data.info.groups == GROUPS and data.info.group_kinds == KINDS
+        assert data.info.group_pairs == tuple(
+            sum(g == index for _, _, g in pairs) for index in range(len(GROUPS))
+        )
         assert data.read_groups(0, 60).tolist() == [g for _, _, g in pairs]
         stream = EpochStream(data, seed=3, epoch=1, block_size=16)
         taken = PairBatch.concat([stream.take(25), stream.take(25), stream.take(25)])

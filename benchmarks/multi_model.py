@@ -1,0 +1,254 @@
+"""The multilingual model on the shared data (issue 19): temperature sampling's alpha, mining
+across languages or within each, the per-language models beside it, a held-back zh-en check and
+training throughput against a one-language model with the same vocabulary and dimension.
+
+Everything runs through the real Dagster assets (``dagster.materialize``), demo profile, in a
+storage root of its own (default ``runs/bench_multi``). The registry is the shared-data one,
+except that zh reads a copy of the shared zh bitext without every ``--hold-every``-th pair:
+those pairs (never trained on by either model) are the zh-en check, scored like Tatoeba (error
+% of nearest-neighbour retrieval, cosine and margin, both directions averaged).
+
+    python benchmarks/multi_model.py                       # the table in benchmarks/README.md
+    python benchmarks/multi_model.py --alphas 0.5 --within megabatch --skip-languages
+
+Prints one JSON object (and writes it to ``--output`` if given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data"
+MULTI_ASSETS = [
+    "multi_pairs",
+    "multi_sentencepiece_model",
+    "multi_training_data",
+    "multi_psp_model",
+    "multi_evaluation",
+]
+LANGUAGE_ASSETS = [
+    "raw_pairs",
+    "langid_filtered_pairs",
+    "length_filtered_pairs",
+    "deduplicated_pairs",
+    "sentencepiece_model",
+    "training_data",
+    "psp_model",
+    "model_evaluation",
+]
+
+
+def held_back_zh(directory: Path, every: int) -> tuple[list[str], list[str]]:
+    """Write the shared en-zh bitext without every ``every``-th pair to ``directory``; return
+    the held-back (English, Chinese) sentences."""
+    source = SHARED / "bitext" / "en-zh"
+    with gzip.open(source / "combined.en.gz", "rt", encoding="utf-8") as handle:
+        english = handle.read().splitlines()
+    with gzip.open(source / "combined.zh.gz", "rt", encoding="utf-8") as handle:
+        chinese = handle.read().splitlines()
+    directory.mkdir(parents=True, exist_ok=True)
+    kept = [i for i in range(len(english)) if i % every != every - 1]
+    held = [i for i in range(len(english)) if i % every == every - 1]
+    for name, lines in (("en", english), ("zh", chinese)):
+        with gzip.open(directory / f"combined.{name}.gz", "wt", encoding="utf-8") as handle:
+            handle.write("\n".join(lines[i] for i in kept) + "\n")
+    return [english[i] for i in held], [chinese[i] for i in held]
+
+
+def registry_file(root: Path, zh_dir: Path) -> Path:
+    text = (ROOT / "configs" / "languages-shared-data.toml").read_text()
+    text = text.replace('"../shared/data/bitext/', f'"{SHARED}/bitext/')
+    text = text.replace(f'"{SHARED}/bitext/en-zh"', f'"{zh_dir}"')
+    path = root / "languages.toml"
+    path.write_text(text)
+    return path
+
+
+def zh_check(bundle: Path, english: list[str], chinese: list[str]) -> dict:
+    from psp_core import load_model
+    from psp_core.evaluation import tatoeba_errors
+
+    model = load_model(bundle)
+    score = tatoeba_errors(model.embed(chinese), model.embed(english))
+    return {
+        "n": score.n,
+        "cosine_error": round((score.cosine_xx_en + score.cosine_en_xx) / 2, 2),
+        "margin_error": round((score.margin_xx_en + score.margin_en_xx) / 2, 2),
+    }
+
+
+def summary(root: Path, code: str) -> dict:
+    results = json.loads((root / code / "model_evaluation" / "results.json").read_text())
+    model = json.loads((root / code / "psp_model" / "manifest.json").read_text())["record"]
+    history = model["history"]
+    return {
+        "sts_mean": round(results["sts"]["mean"]["pearson"], 1) if results["sts"]["mean"] else None,
+        "stsb_dev": round(
+            (results.get("stsb", {}).get("dev") or {}).get("pearson", float("nan")), 1
+        )
+        if results.get("stsb")
+        else None,
+        "sts17": {k: round(v["pearson"], 1) for k, v in results["sts17"].items()},
+        "train_seconds": round(model["seconds"], 1),
+        "pairs_per_second": round(sum(h["pairs_per_second"] for h in history) / len(history)),
+        "best_epoch": model.get("best_epoch"),
+    }
+
+
+def stage_seconds(root: Path) -> dict:
+    seconds = {}
+    for stage in ("deduplicated_pairs", "sentencepiece_model", "training_data", "psp_model"):
+        record = json.loads((root / "multi" / stage / "manifest.json").read_text())["record"]
+        seconds[stage] = round(float(record.get("seconds", 0.0)), 1)
+    return seconds
+
+
+def throughput(root: Path, resources: dict, steps: int, rounds: int) -> dict:
+    """pairs/s of the multi training file against de's pairs packed with the same vocabulary,
+    same settings, ``steps`` steps each, alternating ``rounds`` times."""
+    from ops.encoding import encode_and_pack, packing_tokenizer
+    from psp_core import train
+    from psp_core.training import TrainConfig
+
+    spm = root / "multi" / "sentencepiece_model" / "sentencepiece.model"
+    single = root / "throughput" / "de-multi-vocab.h5"
+    single.parent.mkdir(parents=True, exist_ok=True)
+    encode_and_pack(
+        root / "de" / "deduplicated_pairs" / "pairs.parquet",
+        packing_tokenizer(spm),
+        single,
+        lang="de",
+        kind="bitext",
+        seed=1,
+    )
+    files = {"multi": root / "multi" / "training_data" / "train.h5", "de": single}
+    rates: dict[str, list[float]] = {name: [] for name in files}
+    for _ in range(rounds):
+        for name, data in files.items():
+            config = TrainConfig(lr=0.05, max_steps=steps, device="cpu", checkpoint_every=0)
+            started = time.perf_counter()
+            train(data, spm, root / "throughput" / f"model-{name}", config, pretokenizer="none")
+            rates[name].append(steps * config.batch_size / (time.perf_counter() - started))
+    medians = {name: sorted(values)[len(values) // 2] for name, values in rates.items()}
+    return {
+        "steps": steps,
+        "pairs_per_second": {k: [round(v) for v in vs] for k, vs in rates.items()},
+        "median": {k: round(v) for k, v in medians.items()},
+        "multi_over_single": round(medians["multi"] / medians["de"], 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=ROOT / "runs" / "bench_multi")
+    parser.add_argument(
+        "--variants",
+        default="1.0,0.5,0.3,0.5:language",
+        help="comma-separated ALPHA[:megabatch|language][:final]: the sampling alpha, where "
+        "negatives come from, and ':final' to keep the last epoch (no model selection on STS "
+        "2017 en-en)",
+    )
+    parser.add_argument("--hold-every", type=int, default=30)
+    parser.add_argument(
+        "--skip-languages",
+        action="store_true",
+        help="reuse the per-language models already in --root",
+    )
+    parser.add_argument("--throughput-steps", type=int, default=0)
+    parser.add_argument("--throughput-rounds", type=int, default=3)
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+
+    if not SHARED.is_dir():
+        print(json.dumps({"skipped": f"{SHARED} is absent"}))
+        return 0
+    root = args.root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    english, chinese = held_back_zh(root / "zh_bitext", args.hold_every)
+    os.environ["PSP_LANGUAGES"] = str(registry_file(root, root / "zh_bitext"))
+    os.environ["PSP_PROFILE"] = "demo"
+    os.environ["PSP_STORAGE_ROOT"] = str(root)
+    os.environ["PSP_EVAL_DIR"] = str(SHARED / "eval")
+    os.environ["PSP_PARANMT_URL"] = str(SHARED / "paraphrase" / "paranmt-format-sample.txt.gz")
+
+    from dagster import DagsterInstance, materialize
+
+    from assets.languages import load_registry
+    from assets.resources import default_resources
+    from pipelines.definitions import defs
+
+    resources = default_resources()
+    instance = DagsterInstance.ephemeral()
+    codes = load_registry().multi_languages()
+    out: dict = {"root": str(root), "held_back_zh_pairs": len(english), "languages": {}}
+    for code in codes:
+        names = LANGUAGE_ASSETS if not args.skip_languages else LANGUAGE_ASSETS[:4]
+        started = time.perf_counter()
+        result = materialize(
+            [defs.get_assets_def(name) for name in names],
+            partition_key=code,
+            resources=resources,
+            instance=instance,
+        )
+        assert result.success, code
+        if (root / code / "model_evaluation" / "results.json").is_file():
+            out["languages"][code] = summary(root, code)
+            out["languages"][code]["job_seconds"] = round(time.perf_counter() - started, 1)
+        print(f"{code}: {out['languages'].get(code)}", file=sys.stderr, flush=True)
+    out["zh_model_zh_en"] = zh_check(root / "zh" / "psp_model" / "model", english, chinese)
+
+    out["multi"] = []
+    for variant in args.variants.split(","):
+        alpha, *options = variant.split(":")
+        alpha = float(alpha)
+        within = "language" if "language" in options else "megabatch"
+        final = "final" in options
+        training = {"negatives_within": within, **({"dev_sts": None} if final else {})}
+        started = time.perf_counter()
+        result = materialize(
+            [defs.get_assets_def(name) for name in MULTI_ASSETS],
+            resources=resources,
+            instance=instance,
+            run_config={
+                "ops": {
+                    "multi_pairs": {"config": {"sampling_alpha": alpha}},
+                    "multi_psp_model": {"config": training},
+                }
+            },
+        )
+        assert result.success, variant
+        pairs = json.loads((root / "multi" / "deduplicated_pairs" / "manifest.json").read_text())
+        row = {
+            "alpha": alpha,
+            "negatives_within": within,
+            "model_selection": "last epoch" if final else "best STS 2017 en-en epoch",
+            "job_seconds": round(time.perf_counter() - started, 1),
+            "stage_seconds": stage_seconds(root),
+            "pairs_out": {k: v["pairs_out"] for k, v in pairs["record"]["languages"].items()},
+            **summary(root, "multi"),
+            "zh_en": zh_check(root / "multi" / "psp_model" / "model", english, chinese),
+        }
+        out["multi"].append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    if args.throughput_steps:
+        out["throughput"] = throughput(
+            root, resources, args.throughput_steps, args.throughput_rounds
+        )
+    out["load_average"] = os.getloadavg()
+    text = json.dumps(out, indent=1)
+    if args.output:
+        args.output.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
