@@ -61,9 +61,13 @@ class Runs:
     def __init__(self) -> None:
         self.started: list[subprocess.Popen] = []
 
-    def execute(self, job: str, config: Path, env: dict, log: Path) -> subprocess.Popen:
+    def execute(
+        self, job: str, config: Path, env: dict, log: Path, partition: str | None = "de"
+    ) -> subprocess.Popen:
         command = [DAGSTER, "job", "execute", "-m", "pipelines.definitions", "-j", job]
-        command += ["--tags", json.dumps({"dagster/partition": "de"}), "-c", str(config)]
+        if partition is not None:
+            command += ["--tags", json.dumps({"dagster/partition": partition})]
+        command += ["-c", str(config)]
         process = subprocess.Popen(
             command,
             cwd=ROOT,

@@ -1,0 +1,113 @@
+"""``kill -9`` anywhere in the multilingual model's run, then run again: the same outputs,
+nothing left behind (as tests/pipelines/test_kill_anywhere.py does for a language's run)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.corpora import paranmt_zip, publish_de
+from tests.pipelines.dagster_cli import ROOT, Runs, dagster_env, tail, wait_for
+from tests.pipelines.test_kill_anywhere import _tree
+
+STAGES = [
+    "multi_pairs",
+    "multi_sentencepiece_model",
+    "multi_training_data",
+    "multi_psp_model",
+    "multi_evaluation",
+]
+REGISTRY = """
+[languages.de]
+source = "opus"
+corpora = [
+    { name = "OpenSubtitles", version = "v2018" },
+    { name = "Tanzil", version = "v1" },
+    { name = "GlobalVoices", version = "v2017q3" },
+]
+[languages.en]
+source = "paranmt"
+[multi]
+sampling_alpha = 0.3
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_in_every_stage_of_the_multilingual_model_then_a_rerun_finishes_identically(
+    tmp_path: Path,
+) -> None:
+    seed = int(os.environ.get("PSP_FAULT_SEED") or time.time_ns() % 2**32)
+    rng = random.Random(seed)
+    server = OpusServer().start()
+    try:
+        publish_de(server, build_moses_zip)
+        server.add_file("/para-nmt-50m.zip", paranmt_zip(700))
+        (tmp_path / "languages.toml").write_text(REGISTRY)
+        config = tmp_path / "smoke.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "resources": {"profile": {"config": {"name": "smoke"}}},
+                    "ops": {"multi_psp_model": {"config": {"epochs": 2}}},
+                    "execution": {"config": {"in_process": {}}},
+                }
+            )
+        )
+        envs = {}
+        for name in ("ref", "f"):
+            envs[name] = dagster_env(tmp_path, server, name) | {
+                "PSP_LANGUAGES": str(tmp_path / "languages.toml"),
+                "PSP_PARANMT_URL": f"{server.base_url}/para-nmt-50m.zip",
+            }
+            prepared = subprocess.run(
+                [sys.executable, "scripts/prepare_multi.py"],
+                cwd=ROOT,
+                env=envs[name],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+            assert "[2/2] en: ready" in prepared.stdout
+        logs = []
+        with Runs() as runs:
+            logs.append(tmp_path / "reference.log")
+            run = runs.execute("psp_multi_job", config, envs["ref"], logs[-1], partition=None)
+            assert run.wait(300) == 0, tail(logs[-1])
+            kills = []
+            for stage in STAGES:
+                logs.append(tmp_path / f"killed-in-{stage}.log")
+                process = runs.execute("psp_multi_job", config, envs["f"], logs[-1], partition=None)
+                wait_for(
+                    lambda log=logs[-1], p=process, stage=stage: (
+                        f'Started execution of step "{stage}"' in tail(log, 10**7)
+                        or p.poll() is not None
+                    ),
+                    240,
+                    f"step {stage} to start",
+                    logs[-1:],
+                )
+                assert process.poll() is None, tail(logs[-1])
+                delay = rng.uniform(0.0, 1.5)
+                time.sleep(delay)
+                os.killpg(process.pid, signal.SIGKILL)
+                kills.append((stage, round(delay, 2), process.wait(), f"seed {seed}"))
+            logs.append(tmp_path / "final.log")
+            final = runs.execute("psp_multi_job", config, envs["f"], logs[-1], partition=None)
+            assert final.wait(300) == 0, tail(logs[-1])
+        reference = _tree(Path(envs["ref"]["PSP_STORAGE_ROOT"]) / "multi")
+        faulty = _tree(Path(envs["f"]["PSP_STORAGE_ROOT"]) / "multi")
+        assert sorted(faulty) == sorted(reference), f"killed at {kills}"
+        assert [path for path in reference if reference[path] != faulty[path]] == [], kills
+        assert any(path.endswith("embeddings.safetensors") for path in faulty)
+    finally:
+        server.stop()
