@@ -149,7 +149,7 @@ class LanguageSpec:
 #: the multilingual model's code: its stages' directory and its name (never a language code)
 MULTI = "multi"
 #: temperature sampling's exponent: p ∝ n^alpha (benchmarks/multi_sampling.py measures it)
-DEFAULT_SAMPLING_ALPHA = 0.5
+DEFAULT_SAMPLING_ALPHA = 0.3
 _MULTI_KEYS = {"languages", "sampling_alpha", "pretokenizer", "sentencepiece", "training"}
 
 

@@ -135,7 +135,14 @@ def throughput(root: Path, resources: dict, steps: int, rounds: int) -> dict:
         for name, data in files.items():
             config = TrainConfig(lr=0.05, max_steps=steps, device="cpu", checkpoint_every=0)
             started = time.perf_counter()
-            train(data, spm, root / "throughput" / f"model-{name}", config, pretokenizer="none")
+            train(
+                data,
+                spm,
+                root / "throughput" / f"model-{name}",
+                config,
+                pretokenizer="none",
+                resume=False,  # a max_steps run keeps its checkpoint: never resume one
+            )
             rates[name].append(steps * config.batch_size / (time.perf_counter() - started))
     medians = {name: sorted(values)[len(values) // 2] for name, values in rates.items()}
     return {
