@@ -27,23 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "data"
-MULTI_ASSETS = [
-    "multi_pairs",
-    "multi_sentencepiece_model",
-    "multi_training_data",
-    "multi_psp_model",
-    "multi_evaluation",
-]
-LANGUAGE_ASSETS = [
-    "raw_pairs",
-    "langid_filtered_pairs",
-    "length_filtered_pairs",
-    "deduplicated_pairs",
-    "sentencepiece_model",
-    "training_data",
-    "psp_model",
-    "model_evaluation",
-]
 
 
 def held_back_zh(directory: Path, every: int) -> tuple[list[str], list[str]]:
@@ -194,13 +177,21 @@ def main() -> int:
 
     resources = default_resources()
     instance = DagsterInstance.ephemeral()
+
+    def job_assets(name: str, leave_out: tuple[str, ...] = ()) -> list:
+        """The assets a job materializes (materialize() orders them by their dependencies)."""
+        keys = defs.resolve_job_def(name).asset_layer.executable_asset_keys
+        return [defs.get_assets_def(k) for k in keys if k.to_user_string() not in leave_out]
+
+    language_job = "prepare_pairs_job" if args.skip_languages else "psp_language_job"
+    language_assets = job_assets(language_job)
+    multi_assets = job_assets("psp_multi_job", leave_out=("evaluation_scoreboard",))
     codes = load_registry().multi_languages()
     out: dict = {"root": str(root), "held_back_zh_pairs": len(english), "languages": {}}
     for code in codes:
-        names = LANGUAGE_ASSETS if not args.skip_languages else LANGUAGE_ASSETS[:4]
         started = time.perf_counter()
         result = materialize(
-            [defs.get_assets_def(name) for name in names],
+            language_assets,
             partition_key=code,
             resources=resources,
             instance=instance,
@@ -221,7 +212,7 @@ def main() -> int:
         training = {"negatives_within": within, **({"dev_sts": None} if final else {})}
         started = time.perf_counter()
         result = materialize(
-            [defs.get_assets_def(name) for name in MULTI_ASSETS],
+            multi_assets,
             resources=resources,
             instance=instance,
             run_config={

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -63,9 +64,10 @@ def packing_tokenizer(spm_model: str | Path, *, num_threads: int = 2) -> Tokeniz
 
 
 def training_file_writer(
-    output: str | Path, tokenizer: Tokenizer, *, lang: str, kind: str, seed: int
+    output: str | Path, tokenizer: Tokenizer, *, lang: str, kind: str, seed: int, **more: Any
 ) -> TrainingFileWriter:
-    """A :class:`TrainingFileWriter` whose attrs describe ``tokenizer``'s model."""
+    """A :class:`TrainingFileWriter` whose attrs describe ``tokenizer``'s model (``more``: its
+    other arguments, the groups of a file of several languages)."""
     return TrainingFileWriter(
         output,
         vocab_size=tokenizer.vocab_size,
@@ -73,6 +75,7 @@ def training_file_writer(
         lang=lang,
         kind=kind,
         seed=seed,
+        **more,
     )
 
 
@@ -241,10 +244,9 @@ def encode_and_pack(
     # closing(): if writing fails, the workers stop now rather than when the generator is
     # garbage-collected
     batches = closing(_encoded_with_batches(input, tokenizer, batch_size, workers))
-    writer = TrainingFileWriter(
+    writer = training_file_writer(
         output,
-        vocab_size=tokenizer.vocab_size,
-        spm_sha256=tokenizer.sha256,
+        tokenizer,
         lang=lang,
         kind=kind,
         seed=seed,

@@ -21,7 +21,13 @@ from psp_core.tokenizer import make_pretokenizer
 from psp_core.training_file import TrainingFile
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
-from tests.pipelines.corpora import english_chinese, paranmt_zip, publish_de, write_eval_dir
+from tests.pipelines.corpora import (
+    DE_EN_REGISTRY,
+    english_chinese,
+    paranmt_zip,
+    publish_de,
+    write_eval_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
@@ -33,21 +39,14 @@ MULTI = [
     "multi_psp_model",
     "multi_evaluation",
 ]
-REGISTRY = """
-[languages.de]
-source = "opus"
-corpora = [
-    { name = "OpenSubtitles", version = "v2018" },
-    { name = "Tanzil", version = "v1" },
-    { name = "GlobalVoices", version = "v2017q3" },
-]
-[languages.en]
-source = "paranmt"
-[languages.zh]
+REGISTRY = (
+    DE_EN_REGISTRY
+    + """[languages.zh]
 source = "opus"
 pretokenizer = "rjieba"
 corpora = [{ name = "Tanzil", version = "v1" }]
 """
+)
 
 
 def assets(*names: str) -> list:

@@ -113,6 +113,21 @@ def de_corpus_lines(corpus: str, seed: int) -> tuple[list[str], list[str]]:
     return english, german
 
 
+#: A registry of the languages a loopback world serves: de (publish_de's corpora) and en
+#: (the served ParaNMT zip); tests append their own tables.
+DE_EN_REGISTRY = """
+[languages.de]
+source = "opus"
+corpora = [
+    { name = "OpenSubtitles", version = "v2018" },
+    { name = "Tanzil", version = "v1" },
+    { name = "GlobalVoices", version = "v2017q3" },
+]
+[languages.en]
+source = "paranmt"
+"""
+
+
 def publish_de(server, build_moses_zip) -> int:
     """Serve the registry's de corpora from ``server``; return the number of line pairs."""
     total = 0

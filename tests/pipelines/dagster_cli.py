@@ -89,6 +89,41 @@ class Runs:
             process.wait()
 
 
+def kill_in_each_stage(
+    runs: Runs,
+    job: str,
+    stages: list[str],
+    *,
+    config: Path,
+    env: dict,
+    logs_dir: Path,
+    rng,
+    seed: int,
+    partition: str | None = "de",
+) -> tuple[list[tuple], list[Path]]:
+    """For each stage in turn, start ``job``, wait for the stage's step to start, and kill the
+    run's whole process group (``SIGKILL``) after a random delay. Returns the kills (stage,
+    delay, exit status: -9 killed, 0 when it had finished first; and the seed) and the logs."""
+    kills, logs = [], []
+    for stage in stages:
+        logs.append(logs_dir / f"killed-in-{stage}.log")
+        process = runs.execute(job, config, env, logs[-1], partition=partition)
+        wait_for(
+            lambda log=logs[-1], p=process, stage=stage: (
+                f'Started execution of step "{stage}"' in tail(log, 10**7) or p.poll() is not None
+            ),
+            240,
+            f"step {stage} to start",
+            logs[-1:],
+        )
+        assert process.poll() is None, tail(logs[-1])
+        delay = rng.uniform(0.0, 1.5)
+        time.sleep(delay)
+        os.killpg(process.pid, signal.SIGKILL)
+        kills.append((stage, round(delay, 2), process.wait(), f"seed {seed}"))
+    return kills, logs
+
+
 def tail(path: Path, chars: int = 3000) -> str:
     return f"--- {path}\n{path.read_text(errors='replace')[-chars:]}" if path.exists() else ""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import time
 from pathlib import Path
 
@@ -23,7 +22,13 @@ from dagster import DagsterInstance, DagsterRunStatus
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import LANGUAGE_STAGES
 from tests.pipelines.corpora import publish_de
-from tests.pipelines.dagster_cli import Runs, dagster_env, tail, wait_for, write_config
+from tests.pipelines.dagster_cli import (
+    Runs,
+    dagster_env,
+    kill_in_each_stage,
+    tail,
+    write_config,
+)
 
 STAGES = LANGUAGE_STAGES
 #: Files whose content records when or how fast (timings, dates), not what was computed.
@@ -64,25 +69,11 @@ def test_kill_9_at_random_points_of_every_stage_then_a_rerun_finishes_identicall
         with Runs() as runs:
             logs.append(tmp_path / "reference.log")
             assert runs.execute("psp_language_job", config, reference, logs[-1]).wait(300) == 0
-            kills = []
-            for stage in STAGES:
-                logs.append(tmp_path / f"killed-in-{stage}.log")
-                process = runs.execute("psp_language_job", config, faulty, logs[-1])
-                wait_for(
-                    lambda log=logs[-1], p=process, stage=stage: (
-                        f'Started execution of step "{stage}"' in tail(log, 10**7)
-                        or p.poll() is not None
-                    ),
-                    240,
-                    f"step {stage} to start",
-                    logs[-1:],
-                )
-                assert process.poll() is None, tail(logs[-1])
-                delay = rng.uniform(0.0, 1.5)
-                time.sleep(delay)
-                os.killpg(process.pid, signal.SIGKILL)
-                # -9: killed; 0: the run had finished (the last stages take less than a second)
-                kills.append((stage, round(delay, 2), process.wait(), f"seed {seed}"))
+            kills, killed_logs = kill_in_each_stage(
+                runs, "psp_language_job", STAGES, config=config, env=faulty,
+                logs_dir=tmp_path, rng=rng, seed=seed,
+            )  # fmt: skip
+            logs += killed_logs
             logs.append(tmp_path / "final.log")
             assert runs.execute("psp_language_job", config, faulty, logs[-1]).wait(300) == 0, tail(
                 logs[-1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -15,8 +14,8 @@ import pytest
 import yaml
 
 from tests.ops.opus_server import OpusServer, build_moses_zip
-from tests.pipelines.corpora import paranmt_zip, publish_de
-from tests.pipelines.dagster_cli import ROOT, Runs, dagster_env, tail, wait_for
+from tests.pipelines.corpora import DE_EN_REGISTRY, paranmt_zip, publish_de
+from tests.pipelines.dagster_cli import ROOT, Runs, dagster_env, kill_in_each_stage, tail
 from tests.pipelines.test_kill_anywhere import _tree
 
 STAGES = [
@@ -26,19 +25,12 @@ STAGES = [
     "multi_psp_model",
     "multi_evaluation",
 ]
-REGISTRY = """
-[languages.de]
-source = "opus"
-corpora = [
-    { name = "OpenSubtitles", version = "v2018" },
-    { name = "Tanzil", version = "v1" },
-    { name = "GlobalVoices", version = "v2017q3" },
-]
-[languages.en]
-source = "paranmt"
-[multi]
+REGISTRY = (
+    DE_EN_REGISTRY
+    + """[multi]
 sampling_alpha = 0.3
 """
+)
 
 
 @pytest.mark.slow
@@ -83,24 +75,11 @@ def test_kill_9_in_every_stage_of_the_multilingual_model_then_a_rerun_finishes_i
             logs.append(tmp_path / "reference.log")
             run = runs.execute("psp_multi_job", config, envs["ref"], logs[-1], partition=None)
             assert run.wait(300) == 0, tail(logs[-1])
-            kills = []
-            for stage in STAGES:
-                logs.append(tmp_path / f"killed-in-{stage}.log")
-                process = runs.execute("psp_multi_job", config, envs["f"], logs[-1], partition=None)
-                wait_for(
-                    lambda log=logs[-1], p=process, stage=stage: (
-                        f'Started execution of step "{stage}"' in tail(log, 10**7)
-                        or p.poll() is not None
-                    ),
-                    240,
-                    f"step {stage} to start",
-                    logs[-1:],
-                )
-                assert process.poll() is None, tail(logs[-1])
-                delay = rng.uniform(0.0, 1.5)
-                time.sleep(delay)
-                os.killpg(process.pid, signal.SIGKILL)
-                kills.append((stage, round(delay, 2), process.wait(), f"seed {seed}"))
+            kills, killed_logs = kill_in_each_stage(
+                runs, "psp_multi_job", STAGES, config=config, env=envs["f"],
+                logs_dir=tmp_path, rng=rng, seed=seed, partition=None,
+            )  # fmt: skip
+            logs += killed_logs
             logs.append(tmp_path / "final.log")
             final = runs.execute("psp_multi_job", config, envs["f"], logs[-1], partition=None)
             assert final.wait(300) == 0, tail(logs[-1])
