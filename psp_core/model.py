@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from psp_core.bundle import BundleConfig, load_bundle, save_bundle
 from psp_core.tokenizer import Tokenizer
+from psp_core.word_vectors import DEFAULT_BUDGET_BYTES, WordVectors, extended_table
 
 _TOKENIZE_BLOCK = 8192
 
@@ -28,7 +29,10 @@ EMBED_BATCH_SIZE = 256
 class PSPModel:
     """A trained P-SP model: a tokenizer and an embedding table.
 
-    Use :func:`load_model` to read one from a bundle directory.
+    Use :func:`load_model` to read one from a bundle directory. With a tokenizer that keeps a
+    word cache, on the CPU, ``embed`` averages each sentence over its words' sums of piece
+    vectors (:mod:`psp_core.word_vectors`; ``word_vector_bytes`` bounds the memory of those
+    sums, 0 turns the path off).
     """
 
     def __init__(
@@ -39,6 +43,7 @@ class PSPModel:
         *,
         dtype: str = "float32",
         device: str | torch.device = "cpu",
+        word_vector_bytes: int = DEFAULT_BUDGET_BYTES,
     ):
         if embeddings.shape != (tokenizer.vocab_size, config.dim):
             raise ValueError(
@@ -50,9 +55,23 @@ class PSPModel:
         self.tokenizer = tokenizer
         self.config = config
         self.dtype = dtype
-        table = np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype])
         self.device = torch.device(device)
-        self.weight = torch.from_numpy(table).to(self.device)
+        itemsize = np.dtype(TABLE_DTYPES[dtype]).itemsize
+        capacity = word_vector_bytes // (config.dim * itemsize)
+        self._word_vectors: WordVectors | None = None
+        if tokenizer.word_cache is not None and self.device.type == "cpu" and capacity > 0:
+            table = torch.from_numpy(extended_table(embeddings, TABLE_DTYPES[dtype], capacity))
+            self.weight = table[: tokenizer.vocab_size]
+            self._word_vectors = WordVectors(
+                tokenizer.word_cache,
+                table,
+                vocab_size=tokenizer.vocab_size,
+                unk_id=tokenizer.unk_id,
+                max_length=tokenizer.max_length,
+            )
+        else:
+            table = np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype])
+            self.weight = torch.from_numpy(table).to(self.device)
 
     @property
     def dim(self) -> int:
@@ -68,16 +87,39 @@ class PSPModel:
         return save_bundle(directory, table, self.tokenizer.model_proto, self.config)
 
     @torch.inference_mode()
-    def embed_ids(self, ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        """Mean embeddings of already tokenized sentences (flat ids + offsets)."""
-        if len(offsets) <= 1:
-            return np.zeros((0, self.dim), dtype=np.float32)
+    def embed_ids(
+        self, ids: np.ndarray, offsets: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Mean embeddings of already tokenized sentences (flat ids + offsets), float32
+        ``[len(offsets) - 1, dim]``; written into ``out`` when given (a C-contiguous float32
+        array of that shape). A sentence without ids gives a zero vector.
+
+        On the CPU the mean is one ``embedding_bag`` in sum mode with each id weighted by 1/its
+        sentence's length: faster than its mean mode (36 against 42 ms for the 20,216 shared
+        STS sentences on 1 thread, batches of 256), the same vectors to float32 rounding."""
+        count = len(offsets) - 1
+        if out is None:
+            out = np.empty((max(count, 0), self.dim), dtype=np.float32)
+        if count <= 0:
+            return out
         ids_tensor, starts = torch.from_numpy(ids), torch.from_numpy(offsets[:-1])
         if self.device.type != "cpu":
             ids_tensor = ids_tensor.to(self.device, non_blocking=True)
             starts = starts.to(self.device, non_blocking=True)
-        result = F.embedding_bag(ids_tensor, self.weight, starts, mode="mean")
-        return result.cpu().numpy().astype(np.float32, copy=False)
+            result = F.embedding_bag(ids_tensor, self.weight, starts, mode="mean")
+            out[:] = result.cpu().numpy()
+            return out
+        lengths = np.diff(offsets)
+        weights = np.repeat(np.reciprocal(np.maximum(lengths, 1), dtype=np.float32), lengths)
+        result = F.embedding_bag(
+            ids_tensor,
+            self.weight,
+            starts,
+            mode="sum",
+            per_sample_weights=torch.from_numpy(weights).to(self.weight.dtype),
+        )
+        out[:] = result.numpy()
+        return out
 
     def embed(
         self,
@@ -89,35 +131,38 @@ class PSPModel:
     ) -> np.ndarray:
         """Embed sentences; returns float32 ``[n, dim]`` in input order.
 
-        Sentences are sorted by length and embedded ``batch_size`` at a time. An empty sentence
-        (or one with no pieces) gives a zero vector, also when ``normalize`` is set. ``dim``
-        keeps the first ``dim`` dimensions (normalized after truncating): meant for models
-        trained with ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of
-        their mean, so this is exact).
+        Sentences are tokenized in blocks and averaged ``batch_size`` at a time, in input
+        order (a mean of piece vectors has no padding, so sorting by length gains nothing: it
+        cost 10% in scattering the rows back). An empty sentence (or one with no pieces) gives
+        a zero vector, also when ``normalize`` is set. ``dim`` keeps the first ``dim``
+        dimensions (normalized after truncating): meant for models trained with
+        ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of their mean, so
+        this is exact).
         """
         if dim is not None and not 1 <= dim <= self.dim:
             raise ValueError(f"dim must be in [1, {self.dim}], got {dim}")
         if isinstance(sentences, str):
             raise TypeError("embed expects a list of sentences, not a single string")
-        sentences = list(sentences)
+        sentences = sentences if isinstance(sentences, list) else list(sentences)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        output = np.zeros((len(sentences), self.dim), dtype=np.float32)
-        order = np.argsort(
-            np.fromiter(map(len, sentences), np.int64, len(sentences)), kind="stable"
-        )
+        output = np.empty((len(sentences), self.dim), dtype=np.float32)
         block = max(_TOKENIZE_BLOCK - _TOKENIZE_BLOCK % batch_size, batch_size)
         progress = tqdm(total=len(sentences), disable=not show_progress_bar, unit="sent")
         for block_start in range(0, len(sentences), block):
-            block_index = order[block_start : block_start + block]
-            tokens = self.tokenizer.encode([sentences[i] for i in block_index])
-            for start in range(0, len(block_index), batch_size):
-                stop = min(start + batch_size, len(block_index))
-                low, high = tokens.offsets[start], tokens.offsets[stop]
-                output[block_index[start:stop]] = self.embed_ids(
-                    tokens.ids[low:high], tokens.offsets[start : stop + 1] - low
-                )
-                progress.update(stop - start)
+            block_sentences = sentences[block_start : block_start + block]
+            target = output[block_start : block_start + len(block_sentences)]
+            if self._word_vectors is None:
+                self._embed_pieces(block_sentences, target, batch_size)
+            else:
+                texts = self.tokenizer.normalize(block_sentences)
+                with self.tokenizer.word_cache_lock:
+                    left = self._word_vectors.embed(texts, target, batch_size)
+                if len(left):
+                    rest = np.empty((len(left), self.dim), dtype=np.float32)
+                    self._embed_pieces([block_sentences[i] for i in left], rest, batch_size)
+                    target[left] = rest
+            progress.update(len(block_sentences))
         progress.close()
         if dim is not None and dim < self.dim:
             output = np.ascontiguousarray(output[:, :dim])
@@ -125,6 +170,19 @@ class PSPModel:
             norms = np.linalg.norm(output, axis=1, keepdims=True)
             np.divide(output, norms, out=output, where=norms > 0)
         return output
+
+    def _embed_pieces(self, sentences: list[str], out: np.ndarray, batch_size: int) -> None:
+        """Tokenize ``sentences`` and average their pieces into ``out``, ``batch_size`` at a
+        time."""
+        tokens = self.tokenizer.encode(sentences)
+        for start in range(0, len(tokens), batch_size):
+            stop = min(start + batch_size, len(tokens))
+            low, high = tokens.offsets[start], tokens.offsets[stop]
+            self.embed_ids(
+                tokens.ids[low:high],
+                tokens.offsets[start : stop + 1] - low,
+                out=out[start:stop],
+            )
 
     def score(
         self,
@@ -155,6 +213,7 @@ def load_model(
     dtype: str = "float32",
     device: str = "cpu",
     word_cache_size: int = 500_000,
+    word_vector_bytes: int = DEFAULT_BUDGET_BYTES,
 ) -> PSPModel:
     """Load a model bundle directory (validated; see :mod:`psp_core.bundle`).
 
@@ -168,6 +227,9 @@ def load_model(
             ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU.
         word_cache_size: distinct words whose sentencepiece ids the tokenizer keeps
             (:mod:`psp_core.word_pieces`: the same ids, faster once words recur; 0 turns it off).
+        word_vector_bytes: memory for the sums of piece vectors of cached words of several
+            pieces, which ``embed`` averages over instead of their pieces
+            (:mod:`psp_core.word_vectors`; default 128 MiB; 0 turns the path off).
     """
     config, spm_proto, embeddings = load_bundle(path)
     tokenizer = Tokenizer(
@@ -180,4 +242,11 @@ def load_model(
     )
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return PSPModel(tokenizer, embeddings, config, dtype=dtype, device=device)
+    return PSPModel(
+        tokenizer,
+        embeddings,
+        config,
+        dtype=dtype,
+        device=device,
+        word_vector_bytes=word_vector_bytes,
+    )

@@ -142,6 +142,12 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return offsets
 
 
+def _refuse_non_strings(sentences: Sequence[str]) -> None:
+    for index, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence {index} is a {type(sentence).__name__}, expected str")
+
+
 class Tokenizer:
     """Lowercase, pre-tokenize, sentencepiece-encode and clean a batch of sentences.
 
@@ -187,7 +193,7 @@ class Tokenizer:
         self.num_threads = num_threads
         self.unk_id = self.processor.unk_id()
         # the same ids as Encode, faster once words recur (psp_core/word_pieces.py)
-        self._words_lock = threading.Lock()
+        self.word_cache_lock = threading.Lock()
         self._words = (
             WordPieceCache(self.processor, max_words=word_cache_size)
             if word_cache_size > 0 and word_independent(model_proto)
@@ -208,9 +214,22 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.processor.GetPieceSize()
 
+    @property
+    def word_cache(self) -> WordPieceCache | None:
+        """The cache of each word's ids (``None`` when off); hold :attr:`word_cache_lock` while
+        using it."""
+        return self._words
+
     def normalize(self, sentences: Sequence[str]) -> list[str]:
         """Apply lowercasing and the pre-tokenizer, as done before sentencepiece."""
-        texts = [s.lower() for s in sentences] if self.lowercase else list(sentences)
+        try:
+            if self.lowercase:
+                texts = [s.lower() for s in sentences]
+            else:  # (+ "": a str stays itself, anything else raises)
+                texts = [s + "" for s in sentences]
+        except (AttributeError, TypeError):
+            _refuse_non_strings(sentences)
+            raise
         if self._pretokenize is not None:
             texts = [self._pretokenize(t) for t in texts]
         return texts
@@ -221,7 +240,7 @@ class Tokenizer:
             return TokenBatch.empty()
         texts = self.normalize(sentences)
         if self._words is not None:
-            with self._words_lock:
+            with self.word_cache_lock:
                 batch = self._words.encode(texts)
         else:
             id_lists = self.processor.Encode(texts, out_type=int, num_threads=self.num_threads)

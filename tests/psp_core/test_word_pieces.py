@@ -1,8 +1,8 @@
 """The word cache (``psp_core/word_pieces.py``) gives sentencepiece's own ids (issue 16): on every
 sentence of the shared data (each language's bitext, both sides, the ParaNMT sample, every
 evaluation file) with a model trained on that language, and on the hard cases built here: words
-whose best segmentations tie, the whitespace Python and sentencepiece disagree on, the separator
-the cache joins texts with, a full cache."""
+whose best segmentations tie, the whitespace Python and sentencepiece disagree on, control
+characters inside words, a full cache; and pyarrow's whitespace is Python's."""
 
 from __future__ import annotations
 
@@ -106,17 +106,36 @@ def test_near_ties_and_whitespace_match_sentencepiece(small_tokenizer) -> None:
     assert _assert_same_ids(small_tokenizer, texts * 3) == 24
     # the hazard check is what makes the fourth text right: without it, it differs
     naive = WordPieceCache(small_tokenizer.processor)
-    naive._hazard = None
+    naive._hazards = ""
     want = small_tokenizer.processor.Encode(texts[3], out_type=int)
     naive.encode([texts[3]] * 2)  # seen twice: its words are cached
     assert naive.encode([texts[3]]).ids.tolist() != want
 
 
-def test_texts_holding_the_separator_match_sentencepiece(small_tokenizer) -> None:
-    """The cache joins a batch's texts around "\\x01"; texts that hold it alone as a word go to
-    sentencepiece, with the rest of their batch."""
-    texts = ["a \x01 b", "a\x01b \x01", "\x01", "the old man", "", "x\x01"]
-    assert _assert_same_ids(small_tokenizer, texts * 2, block=5) == 12
+def test_control_characters_and_runs_of_whitespace_match_sentencepiece(small_tokenizer) -> None:
+    """Control characters inside words (the old joined-text splitter's separator among them),
+    runs of spaces, and leading and trailing whitespace (pyarrow's splitter gives empty words
+    there, which have no pieces)."""
+    texts = ["a \x01 b", "a\x01b \x01", "\x01", "the old man", "", "x\x01", "  two  spaces  ",
+             "\t tab\t\tand\nnewline \r", "\x00 nul\x00 \x7f"]  # fmt: skip
+    assert _assert_same_ids(small_tokenizer, texts * 2, block=5) == 18
+
+
+def test_pyarrows_whitespace_is_pythons() -> None:
+    """The cache splits words with pyarrow and checks its hazards against Python's
+    ``str.isspace``: the two must split on the same characters (all of Unicode)."""
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    code_points = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    split = pc.utf8_split_whitespace(pa.array([f"a{chr(c)}b" for c in code_points]))
+    splits = pc.list_value_length(split).to_numpy() > 1
+    python = np.array([chr(c).isspace() for c in code_points])
+    assert np.array_equal(splits, python), [
+        hex(code_points[i]) for i in np.flatnonzero(splits != python)
+    ]
 
 
 def test_a_full_cache_takes_no_more_words_and_the_ids_stay_right(small_tokenizer) -> None:
