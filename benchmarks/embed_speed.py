@@ -89,6 +89,24 @@ def timed(function, repeats: int, items: int) -> tuple[dict, object]:
     return _common.summarize_times(times, items, cpu), result
 
 
+def interleaved(functions: dict, rounds: int, items: int) -> tuple[dict, dict]:
+    """Time each of ``functions`` once per round, in turns (every other round in reverse
+    order), so that a slow phase of this shared machine falls on all of them alike; returns
+    each one's summary and last result."""
+    times: dict = {name: [] for name in functions}
+    cpu: dict = {name: [] for name in functions}
+    results: dict = {}
+    names = list(functions)
+    for round_index in range(rounds):
+        for name in names if round_index % 2 == 0 else reversed(names):
+            cpu_started = time.process_time()
+            started = time.perf_counter()
+            results[name] = functions[name]()
+            times[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - cpu_started)
+    return {n: _common.summarize_times(times[n], items, cpu[n]) for n in names}, results
+
+
 def reference_style(processor, table: np.ndarray, sentences: list[str], batch_size: int = 32):
     """The reference code's embedding path, step for step (``embed_sentences.py``'s ``batcher``
     with the ``Averaging`` model, without Moses tokenization, which the bilingual models do not
@@ -197,21 +215,29 @@ def measure(
     started = time.perf_counter()
     model.embed(sentences, batch_size=bs)  # warm-up: the first call fills the word cache
     first_call_s = time.perf_counter() - started
-    with_tok, reference = timed(lambda: model.embed(sentences, batch_size=bs), args.repeats, n)
-    log.info("  with tokenization:    best %.0f/s", with_tok["best_per_s"])
-    # the same call with every sentence through sentencepiece (no word cache): the baseline of
-    # psp_core/word_pieces.py in this run
+    # the same call without the words' sums (the cached ids, averaged piece by piece), and
+    # with every sentence through sentencepiece (no word cache): the baselines of
+    # psp_core/word_vectors.py and psp_core/word_pieces.py; on 1 thread the reference-style path
+    # too. They take turns round by round, so that the ratios compare like with like.
     ids_only = PSPModel(tokenizer, table, config, word_vector_bytes=0)
     ids_only.embed(sentences, batch_size=bs)
-    no_vectors, ids_only_out = timed(lambda: ids_only.embed(sentences, batch_size=bs),
-                                     args.repeats, n)  # fmt: skip
-    log.info("  ... without word vectors: best %.0f/s", no_vectors["best_per_s"])
     plain = PSPModel(Tokenizer(proto, num_threads=threads, word_cache_size=0), table, config)
     started = time.perf_counter()
     plain.embed(sentences, batch_size=bs)
     first_call_without_cache_s = time.perf_counter() - started
-    no_cache, plain_out = timed(lambda: plain.embed(sentences, batch_size=bs), args.repeats, n)
-    log.info("  ... without the word cache: best %.0f/s", no_cache["best_per_s"])
+    paths = {
+        "with_tokenization": lambda: model.embed(sentences, batch_size=bs),
+        "with_tokenization_without_word_vectors": lambda: ids_only.embed(sentences, batch_size=bs),
+        "with_tokenization_without_word_cache": lambda: plain.embed(sentences, batch_size=bs),
+    }
+    if threads == 1:
+        paths["reference_style"] = reference_style(tokenizer.processor, table, sentences)
+    stats, outputs = interleaved(paths, args.repeats, n)
+    with_tok, no_vectors, no_cache = (stats[name] for name in list(paths)[:3])
+    reference, ids_only_out, plain_out = (outputs[name] for name in list(paths)[:3])
+    for name, summary in stats.items():
+        log.info("  %-40s median %.0f/s, best %.0f/s", name, summary["median_per_s"],
+                 summary["best_per_s"])  # fmt: skip
 
     tokens = tokenizer.encode(sorted_sentences)
     ids, offsets = tokens.ids, tokens.offsets
@@ -263,12 +289,13 @@ def measure(
 
     extra: dict = {}
     if threads == 1:
-        run_reference = reference_style(tokenizer.processor, table, sentences)
-        extra["reference_style"], reference_out = timed(run_reference, args.naive_repeats, n)
+        extra["reference_style"], reference_out = (
+            stats["reference_style"],
+            outputs["reference_style"],
+        )
         extra["speedup_vs_reference_style_with_tokenization"] = round(
             with_tok["median_per_s"] / extra["reference_style"]["median_per_s"], 2
         )
-        log.info("  reference-style:      best %.0f/s", extra["reference_style"]["best_per_s"])
         # the reference keeps a sentence of only unknown pieces as one unknown id (so does
         # psp_core) but does not truncate at 100 pieces: compare where that does not act
         raw = tokenizer.processor.Encode([x.lower() for x in sentences], out_type=int)

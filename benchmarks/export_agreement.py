@@ -2,7 +2,8 @@
 
 Trains a small model on the shared en-de bitext (sentencepiece unigram vocab 8k, dim 256, one
 epoch), exports it to sentence-transformers and to model2vec, loads both offline and embeds
-every sentence of the shared STS files (eval/sts/*/*.tsv both sides and eval/sts17/en-en.tsv).
+every sentence of the shared STS files (eval/sts/*/*.tsv and eval/sts17/*.tsv, both sides:
+20,216 sentences in English, Arabic, Spanish and Turkish).
 Prints one JSON object: per format the fraction of sentences whose exported vector has cosine
 >= 0.9999 with psp_core's (goal: >= 99.5%), the worst few sentences with their piece counts,
 and the fraction with exactly equal token ids (known pieces).
@@ -34,7 +35,7 @@ THRESHOLD = 0.9999
 
 def read_sentences(data_dir: Path) -> tuple[list[str], list[str]]:
     eval_dir = data_dir / "eval"
-    files = sorted((eval_dir / "sts").glob("*/*.tsv")) + [eval_dir / "sts17" / "en-en.tsv"]
+    files = sorted((eval_dir / "sts").glob("*/*.tsv")) + sorted((eval_dir / "sts17").glob("*.tsv"))
     sentences: list[str] = []
     for path in files:
         with open(path, encoding="utf-8") as handle:

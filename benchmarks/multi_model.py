@@ -142,9 +142,9 @@ def main() -> int:
     parser.add_argument(
         "--variants",
         default="1.0,0.5,0.3,0.5:language",
-        help="comma-separated ALPHA[:megabatch|language][:final]: the sampling alpha, where "
-        "negatives come from, and ':final' to keep the last epoch (no model selection on STS "
-        "2017 en-en)",
+        help="comma-separated ALPHA[:megabatch|language][:final][:eN]: the sampling alpha, where "
+        "negatives come from, ':final' to keep the last epoch (no model selection on STS "
+        "2017 en-en), ':eN' to train N epochs instead of the demo profile's 3",
     )
     parser.add_argument("--hold-every", type=int, default=30)
     parser.add_argument(
@@ -210,6 +210,9 @@ def main() -> int:
         within = "language" if "language" in options else "megabatch"
         final = "final" in options
         training = {"negatives_within": within, **({"dev_sts": None} if final else {})}
+        epochs = [int(option[1:]) for option in options if option.startswith("e")]
+        if epochs:
+            training["epochs"] = epochs[0]
         started = time.perf_counter()
         result = materialize(
             multi_assets,
@@ -228,6 +231,7 @@ def main() -> int:
             "alpha": alpha,
             "negatives_within": within,
             "model_selection": "last epoch" if final else "best STS 2017 en-en epoch",
+            "epochs": epochs[0] if epochs else 3,
             "job_seconds": round(time.perf_counter() - started, 1),
             "stage_seconds": stage_seconds(root),
             "pairs_out": {k: v["pairs_out"] for k, v in pairs["record"]["languages"].items()},

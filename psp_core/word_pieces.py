@@ -195,7 +195,7 @@ class WordPieceCache:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        array = pa.array(texts, type=pa.string())
+        array = pa.array(texts, type=pa.large_string())  # (int64 offsets: any size)
         word_lists = pc.utf8_split_whitespace(array)
         offsets = word_lists.offsets.to_numpy().astype(np.int64)
         words = word_lists.flatten().dictionary_encode()

@@ -92,18 +92,18 @@ class WordVectors:
         np.cumsum(known, out=known_before[1:])
         pieces = known_before[starts[new] + lengths[new]] - known_before[starts[new]]
         rows = np.full(len(new), _NO_ROW, dtype=np.int64)
-        rows[pieces == 0] = self.zero_row
+        safe = ~unsafe[new]  # (an unsafe word's texts go to sentencepiece: it needs no row)
+        rows[safe & (pieces == 0)] = self.zero_row
         # a word of one known piece uses that piece's row: its id is the sum of the known ids
-        single = pieces == 1
+        single = safe & (pieces == 1)
         if single.any():
             known_sum = np.zeros(len(flat) + 1, dtype=np.int64)
             np.cumsum(np.where(known, flat, 0), out=known_sum[1:])
             ends = starts[new[single]] + lengths[new[single]]
             rows[single] = known_sum[ends] - known_sum[starts[new[single]]]
-        several = np.flatnonzero(pieces > 1)[: self.capacity - self.used]
+        several = np.flatnonzero(safe & (pieces > 1))[: self.capacity - self.used]
         if len(several):
             rows[several] = self._store_sums(new[several], starts, lengths, flat, known)
-        rows[unsafe[new]] = _NO_ROW  # (their texts go to sentencepiece anyway)
         self._row = np.concatenate([self._row, rows])
         self._pieces = np.concatenate([self._pieces, pieces])
 
