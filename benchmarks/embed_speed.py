@@ -302,7 +302,7 @@ def measure(
         comparable = np.array([0 < len(ids) <= 100 for ids in raw])
         agree_reference = np.allclose(reference[comparable], reference_out[comparable], atol=1e-4)
         extra["reference_style_compared_sentences"] = int(comparable.sum())
-        for dim in (256, 64):
+        for dim in (512, 256, 128, 64):  # each Matryoshka prefix of the 1024-dim vector
             model.embed(sentences, batch_size=bs, dim=dim)
             extra[f"with_tokenization_dim_{dim}"], _ = timed(
                 lambda dim=dim: model.embed(sentences, batch_size=bs, dim=dim), args.repeats, n

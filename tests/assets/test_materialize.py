@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 import yaml
 from dagster import AssetKey, TableMetadataValue, materialize
@@ -169,16 +170,24 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert "| langid_filtered_pairs |" in card and "| training time |" in card
     assert "## Evaluation" in card and "| deu |" in card
     if importlib.util.find_spec("model2vec"):  # the `export` extra
-        # exports on request, of the model already trained, each with the card
-        config = SMOKE | {"ops": {"psp_model": {"config": {"exports": ["model2vec"]}}}}
+        # exports on request, of the model already trained, each with the card, loading in
+        # their libraries with psp_core's vectors (cosine)
+        formats = ["model2vec", "sentence-transformers"]
+        config = SMOKE | {"ops": {"psp_model": {"config": {"exports": formats}}}}
         exported = materialize(
             ALL_ASSETS, partition_key="de", resources=resources, run_config=config
         )
         assert exported.success and metadata_of(exported, "psp_model")["reused"]
-        folder = root / "de" / "psp_model" / "exports" / "model2vec"
-        assert metadata_of(exported, "psp_model")["export_model2vec"] == str(folder)
-        exported_card = (folder / "README.md").read_text()
-        assert "library_name: model2vec" in exported_card and "| deu |" in exported_card
+        sentences = [s for pair in zip(*english_german(40, seed=5), strict=True) for s in pair]
+        want = load_model(root / "de" / "psp_model" / "model").embed(sentences, normalize=True)
+        for name in formats:
+            folder = root / "de" / "psp_model" / "exports" / name
+            assert metadata_of(exported, "psp_model")[f"export_{name}"] == str(folder)
+            exported_card = (folder / "README.md").read_text()
+            assert f"library_name: {name}" in exported_card and "| deu |" in exported_card
+            got = _load_export(name, folder).encode(sentences)
+            got = got / np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-12)
+            assert np.einsum("ij,ij->i", got, want).min() > 0.9999
 
     # new bitext in the inbox: raw pairs grow and every downstream stage recomputes
     inbox = root / "inbox" / "de"
@@ -190,6 +199,16 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert third.success
     assert metadata_of(third, "raw_pairs")["pairs_out"] == world["n_raw"] + 50
     assert not any(metadata_of(third, name)["reused"] for name in STAGES)
+
+
+def _load_export(name: str, folder: Path):
+    if name == "model2vec":
+        from model2vec import StaticModel
+
+        return StaticModel.from_pretrained(folder)
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(folder), device="cpu", local_files_only=True)
 
 
 def test_paraphrase_language_from_paranmt(world: dict) -> None:
