@@ -128,6 +128,19 @@ class TrainingConfig(StageConfig):
         return chosen
 
 
+class MultiTrainingConfig(TrainingConfig):
+    """The multilingual model's training: as a language's, but kept to its last epoch."""
+
+    dev_sts: str | None = Field(
+        default=None,
+        description="STS file (relative to the evaluation data directory) for model "
+        "selection; the best epoch is kept. Null (the multilingual model's default) keeps the "
+        "last epoch: STS 2017 en-en, the paper's English dev set, picked the first or second "
+        "of 3 epochs, below the last on the multilingual test sets (benchmarks/README.md, "
+        "multi_model.py).",
+    )
+
+
 class EvaluationConfig(StageConfig):
     suites: list[str] | None = Field(
         default=None,

@@ -28,8 +28,8 @@ from assets.catalog import MULTI_GROUP, OWNERS
 from assets.config import (
     EvaluationConfig,
     MultiPairsConfig,
+    MultiTrainingConfig,
     SentencepieceConfig,
-    TrainingConfig,
     TrainingDataConfig,
 )
 from assets.evaluation import build_evaluation
@@ -267,7 +267,7 @@ def multi_training_data(
 )
 def multi_psp_model(
     context: AssetExecutionContext,
-    config: TrainingConfig,
+    config: MultiTrainingConfig,
     storage: StorageResource,
     compute: ComputeResource,
     eval_data: EvaluationDataResource,
