@@ -104,9 +104,10 @@ class WordPieceCache:
         self.processor = processor
         self.max_words = max_words
         hazards = _whitespace_hazards(processor)
-        self._hazards = hazards
         # an RE2 character class (pyarrow's regex engine) of the hazards, as \x{...} escapes
-        self._hazard_pattern = "[" + "".join(f"\\x{{{ord(c):x}}}" for c in hazards) + "]"
+        self._hazard_pattern = (
+            "[" + "".join(f"\\x{{{ord(c):x}}}" for c in hazards) + "]" if hazards else None
+        )
         self._scores: list[float] | None = None  # each piece's score, read on first use
         self._clear()
 
@@ -115,12 +116,11 @@ class WordPieceCache:
         # characters); row 1 stands for a word that is not cached (unsafe: its text goes to
         # sentencepiece)
         self._index: dict[str, int] = {"": _EMPTY}
-        self._starts: list[int] = [0, 0]
-        self._lengths: list[int] = [0, 0]
+        self._offsets: list[int] = [0, 0, 0]  # row i's ids: flat[offsets[i]:offsets[i + 1]]
         self._unsafe: list[bool] = [False, True]
         self._flat: list[int] = []
         self._seen: set[str] = set()  # words seen once and not cached
-        self._arrays = None  # numpy copies of the lists above, refreshed after new words
+        self._arrays: tuple[TokenBatch, np.ndarray] | None = None  # see tables()
 
     def __len__(self) -> int:
         return len(self._index) - 1
@@ -130,10 +130,10 @@ class WordPieceCache:
         id_lists = self.processor.Encode(words, out_type=int)
         lengths = list(map(len, id_lists))
         ties = self._near_ties([w for w, n in zip(words, lengths, strict=True) if n > 1])
-        base = len(self._starts)
+        base = len(self._unsafe)
         self._index.update(zip(words, range(base, base + len(words)), strict=True))
-        self._starts.extend(accumulate(lengths[:-1], initial=len(self._flat)))
-        self._lengths.extend(lengths)
+        # (accumulate starts with its initial value: the end of the table, taken off first)
+        self._offsets.extend(accumulate(lengths, initial=self._offsets.pop()))
         self._flat.extend(chain.from_iterable(id_lists))
         self._unsafe.extend(word in ties for word in words)
         self._arrays = None
@@ -154,13 +154,17 @@ class WordPieceCache:
                 ties.add(word)
         return ties
 
-    def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def tables(self) -> tuple[TokenBatch, np.ndarray]:
+        """The table as arrays: each row's ids (row ``i`` of the batch is the table's row
+        ``i``), and whether each row is unsafe (sentencepiece must encode a text holding it).
+        Refreshed after new words."""
         if self._arrays is None:
             self._arrays = (
-                np.asarray(self._starts, dtype=np.int64),
-                np.asarray(self._lengths, dtype=np.int64),
+                TokenBatch(
+                    np.asarray(self._flat, dtype=np.int64),
+                    np.asarray(self._offsets, dtype=np.int64),
+                ),
                 np.asarray(self._unsafe, dtype=bool),
-                np.asarray(self._flat, dtype=np.int64),
             )
         return self._arrays
 
@@ -204,10 +208,10 @@ class WordPieceCache:
         counts = np.bincount(positions, minlength=len(distinct))
         rows = self._rows_of(distinct, counts)[positions]
         redo = np.zeros(len(texts), dtype=bool)
-        unsafe_words = np.flatnonzero(self._tables()[2][rows])
+        unsafe_words = np.flatnonzero(self.tables()[1][rows])
         if len(unsafe_words):
             redo[np.searchsorted(offsets, unsafe_words, side="right") - 1] = True
-        if self._hazards:
+        if self._hazard_pattern is not None:
             hazard = pc.match_substring_regex(array, self._hazard_pattern)
             redo |= hazard.to_numpy(zero_copy_only=False)
         return WordRows(rows, offsets, redo)
@@ -216,22 +220,11 @@ class WordPieceCache:
         if not texts:
             return TokenBatch.empty()
         word_rows, word_offsets, redo = self.lookup(texts)
-        starts, lengths, _, flat = self._tables()
-        word_lengths = lengths[word_rows]
-        cumulative = np.zeros(len(word_rows) + 1, dtype=np.int64)
-        np.cumsum(word_lengths, out=cumulative[1:])
-        # every piece position: its word's start in the table plus its rank inside the word
-        shift = np.repeat(starts[word_rows] - cumulative[:-1], word_lengths)
-        ids = flat[np.arange(cumulative[-1], dtype=np.int64) + shift]
-        batch = TokenBatch(ids, cumulative[word_offsets])
+        pieces = self.tables()[0].take(word_rows)  # each word's ids, one word after the other
+        batch = TokenBatch(pieces.ids, pieces.offsets[word_offsets])
         if redo.any():
             batch = self._splice(batch, texts, np.flatnonzero(redo))
         return batch
-
-    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The table as arrays: each row's start in ``flat``, its length, whether it is unsafe
-        (sentencepiece must encode a text holding it), and the flat ids."""
-        return self._tables()
 
     def _splice(self, batch: TokenBatch, texts: Sequence[str], rows: np.ndarray) -> TokenBatch:
         """``batch`` with ``rows`` replaced by sentencepiece's own encoding of those texts."""

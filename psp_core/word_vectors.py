@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from psp_core.csr import TokenBatch
 from psp_core.word_pieces import WordPieceCache
 
 #: memory for the sums of words of several pieces (rows beyond the vocabulary): 128 MiB
@@ -46,6 +47,29 @@ def extended_table(embeddings: np.ndarray, dtype, capacity: int) -> np.ndarray:
     table[:vocab] = embeddings
     table[vocab] = 0
     return table
+
+
+@torch.inference_mode()
+def weighted_sums(
+    table: torch.Tensor, ids: np.ndarray, offsets: np.ndarray, weights: np.ndarray
+) -> torch.Tensor:
+    """Per bag ``ids[offsets[i]:offsets[i + 1]]``, the sum of its rows of ``table``, each times
+    its weight: one ``embedding_bag`` in sum mode (a mean is the sum weighted by 1/length,
+    faster than its mean mode, which makes a second pass to divide)."""
+    return F.embedding_bag(
+        torch.from_numpy(ids),
+        table,
+        torch.from_numpy(offsets[:-1]),
+        mode="sum",
+        per_sample_weights=torch.from_numpy(weights).to(table.dtype),
+    )
+
+
+def _row_sums(batch: TokenBatch, values: np.ndarray) -> np.ndarray:
+    """Per row of ``batch``, the sum of ``values`` (one per id)."""
+    before = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=before[1:])
+    return np.diff(before[batch.offsets])
 
 
 class WordVectors:
@@ -82,49 +106,31 @@ class WordVectors:
 
     def _sync(self) -> None:
         """Give the cache's rows added since the last call their table row and piece count."""
-        starts, lengths, unsafe, flat = self.cache.tables()
-        done, total = len(self._row), len(starts)
-        if done == total:
+        table, unsafe = self.cache.tables()
+        done = len(self._row)
+        if done == len(table):
             return
-        new = np.arange(done, total)
-        known = flat != self.unk_id
-        known_before = np.zeros(len(flat) + 1, dtype=np.int64)
-        np.cumsum(known, out=known_before[1:])
-        pieces = known_before[starts[new] + lengths[new]] - known_before[starts[new]]
+        new = table.slice(done, len(table))  # the new rows' ids
+        known = new.ids != self.unk_id
+        pieces = _row_sums(new, known)
         rows = np.full(len(new), _NO_ROW, dtype=np.int64)
-        safe = ~unsafe[new]  # (an unsafe word's texts go to sentencepiece: it needs no row)
+        safe = ~unsafe[done:]  # (an unsafe word's texts go to sentencepiece: it needs no row)
         rows[safe & (pieces == 0)] = self.zero_row
         # a word of one known piece uses that piece's row: its id is the sum of the known ids
         single = safe & (pieces == 1)
-        if single.any():
-            known_sum = np.zeros(len(flat) + 1, dtype=np.int64)
-            np.cumsum(np.where(known, flat, 0), out=known_sum[1:])
-            ends = starts[new[single]] + lengths[new[single]]
-            rows[single] = known_sum[ends] - known_sum[starts[new[single]]]
+        rows[single] = _row_sums(new, np.where(known, new.ids, 0))[single]
         several = np.flatnonzero(safe & (pieces > 1))[: self.capacity - self.used]
         if len(several):
-            rows[several] = self._store_sums(new[several], starts, lengths, flat, known)
+            rows[several] = self._store_sums(new.take(several))
         self._row = np.concatenate([self._row, rows])
         self._pieces = np.concatenate([self._pieces, pieces])
 
-    def _store_sums(self, words, starts, lengths, flat, known) -> np.ndarray:
+    def _store_sums(self, words: TokenBatch) -> np.ndarray:
         """Write the sums of ``words``' known pieces into the next extension rows."""
-        word_lengths = lengths[words]
-        offsets = np.zeros(len(words) + 1, dtype=np.int64)
-        np.cumsum(word_lengths, out=offsets[1:])
-        positions = np.repeat(starts[words] - offsets[:-1], word_lengths) + np.arange(offsets[-1])
-        ids = flat[positions]
-        weights = known[positions].astype(np.float32)  # unknown pieces weigh nothing
+        known = (words.ids != self.unk_id).astype(np.float32)  # unknown pieces weigh nothing
         first = self.vocab_size + 1 + self.used
-        with torch.inference_mode():
-            sums = F.embedding_bag(
-                torch.from_numpy(ids),
-                self.table[: self.vocab_size],
-                torch.from_numpy(offsets[:-1]),
-                mode="sum",
-                per_sample_weights=torch.from_numpy(weights).to(self.table.dtype),
-            )
-            self.table[first : first + len(words)] = sums
+        sums = weighted_sums(self.table[: self.vocab_size], words.ids, words.offsets, known)
+        self.table[first : first + len(words)] = sums
         self.used += len(words)
         return np.arange(first, first + len(words), dtype=np.int64)
 
@@ -135,10 +141,7 @@ class WordVectors:
         word_rows, offsets, redo = self.cache.lookup(texts)
         self._sync()
         rows = self._row[word_rows]
-        cumulative = np.zeros(len(word_rows) + 1, dtype=np.int64)
-        np.cumsum(self._pieces[word_rows], out=cumulative[1:])
-        text_pieces = np.diff(cumulative[offsets])
-        word_count = np.diff(offsets)
+        text_pieces = _row_sums(TokenBatch(word_rows, offsets), self._pieces[word_rows])
         missing = np.flatnonzero(rows == _NO_ROW)
         if len(missing):
             redo[np.searchsorted(offsets, missing, side="right") - 1] = True
@@ -147,17 +150,11 @@ class WordVectors:
         if self.max_length > 0:
             redo |= text_pieces > self.max_length
         scale = np.reciprocal(np.maximum(text_pieces, 1), dtype=np.float32)
-        weights = torch.from_numpy(np.repeat(scale, word_count)).to(self.table.dtype)
-        rows_tensor = torch.from_numpy(rows)
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                stop = min(start + batch_size, len(texts))
-                low, high = offsets[start], offsets[stop]
-                out[start:stop] = F.embedding_bag(
-                    rows_tensor[low:high],
-                    self.table,
-                    torch.from_numpy(offsets[start:stop] - low),
-                    mode="sum",
-                    per_sample_weights=weights[low:high],
-                ).numpy()
+        weights = np.repeat(scale, np.diff(offsets))
+        for start in range(0, len(texts), batch_size):
+            stop = min(start + batch_size, len(texts))
+            low, high = offsets[start], offsets[stop]
+            out[start:stop] = weighted_sums(
+                self.table, rows[low:high], offsets[start : stop + 1] - low, weights[low:high]
+            ).numpy()
         return np.flatnonzero(redo)

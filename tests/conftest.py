@@ -152,3 +152,20 @@ def real_en_de_bundles(tmp_path_factory) -> tuple[Path, Path]:
     initial = train(data, spm_path, work / "init", TrainConfig(**config, max_steps=0))
     trained = train(data, spm_path, work / "trained", TrainConfig(**config, epochs=1))
     return initial.bundle, trained.bundle
+
+
+@pytest.fixture(scope="session")
+def german_numbers_spm(tmp_path_factory) -> Path:
+    """A 600-piece sentencepiece model of generated English, German and sentences full of
+    numbers (many words of several pieces, and runs of digits whose segmentations nearly tie):
+    the word cache's and the word sums' tests."""
+    from ops.sentencepiece_model import train_sentencepiece
+    from tests.pipelines.corpora import english_german
+
+    english, german = english_german(3000, seed=3)
+    numbers = [f"{n} people live in {n % 97} towns, about {n * 1000}." for n in range(3000)]
+    return train_sentencepiece(
+        [s.lower() for s in english + german + numbers],
+        tmp_path_factory.mktemp("spm") / "spm.model",
+        vocab_size=600,
+    )

@@ -30,17 +30,8 @@ HARD = [
 
 
 @pytest.fixture(scope="module")
-def proto(tmp_path_factory) -> bytes:
-    from tests.pipelines.corpora import english_german
-
-    english, german = english_german(3000, seed=3)
-    numbers = [f"{n} people live in {n % 97} towns, about {n * 1000}." for n in range(3000)]
-    model = train_sentencepiece(
-        [s.lower() for s in english + german + numbers],
-        tmp_path_factory.mktemp("spm") / "spm.model",
-        vocab_size=600,
-    )
-    return model.read_bytes()
+def proto(german_numbers_spm) -> bytes:
+    return german_numbers_spm.read_bytes()
 
 
 def _models(proto: bytes, *, dim: int = 24, dtype: str = "float32", budget: int = 1 << 20):
