@@ -6,8 +6,9 @@ Nothing is pickled. ``config.json`` records the size and xxh3_128 checksum of th
 vocabulary size, table shape and dtype) and refuses NaN or infinite weights, naming the file and
 the problem. Bundles saved before checksums were recorded (no ``files``) still load, unverified;
 the format version stays 1 because the key is optional both ways (older readers ignore it).
-Saving writes a temporary directory and renames it into place; every file gets the mode the
-umask gives a new file.
+Saving writes a temporary directory and swaps it into place
+(:func:`psp_core.output_dirs.replace_directory`); every file gets the mode the umask gives a new
+file. A save replaces an earlier bundle, never a folder of other files.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ import xxhash
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from psp_core.output_dirs import directory_written_then_replaced
+from psp_core.output_files import check_output_directory
 from psp_core.tokenizer import PRETOKENIZERS
 
 BUNDLE_FORMAT_VERSION = 1
@@ -167,12 +168,30 @@ def _require_finite(table: np.ndarray, where: str, consequence: str) -> None:
     )
 
 
-def _replace_directory(tmp: Path, final: Path) -> None:
-    old = final.with_name(final.name + f".old-{os.getpid()}")
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+def is_bundle_directory(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a model bundle's ``config.json`` (damaged or not): the marker
+    that lets a save replace it."""
+    try:
+        data = json.loads((Path(directory) / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "format_version" in data and "spm_sha256" in data
+
+
+def check_bundle_output(
+    directory: str | Path, *, overwrite: bool = False, inputs=(), what: str = "model bundle"
+) -> Path:
+    """Refuse, before any work, a bundle directory that is a file, an input, or an existing
+    folder of other files (unless ``overwrite``): see :func:`psp_core.output_files.
+    check_output_directory`. Raises :class:`~psp_core.output_files.OutputError`."""
+    return check_output_directory(
+        directory,
+        what,
+        is_ours=is_bundle_directory,
+        ours="a psp model bundle (no config.json)",
+        overwrite=overwrite,
+        inputs=inputs,
+    )
 
 
 def save_bundle(
@@ -181,8 +200,14 @@ def save_bundle(
     spm_proto: bytes,
     config: BundleConfig,
     card: str | None = None,
+    *,
+    overwrite: bool = False,
 ) -> Path:
     """Write a bundle atomically (with the size and checksum of each file); returns its path.
+
+    An existing bundle at ``directory`` is replaced (a reader sees the old or the new one,
+    whole); an existing folder of other files is refused with
+    :class:`~psp_core.output_files.OutputError`, unless ``overwrite``.
 
     ``card`` is its model card (``README.md``); by default one from ``config`` alone
     (:func:`psp_core.model_card.model_card`). The card is documentation, outside the checksums:
@@ -198,27 +223,17 @@ def save_bundle(
         raise BundleError("config.spm_sha256 does not match the sentencepiece model given")
     config.validate("config")
     _require_finite(embeddings, "model to save", "refusing to write a bundle nobody can load")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(directory.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    check_bundle_output(directory, overwrite=overwrite)
+    with directory_written_then_replaced(directory) as tmp:
         (tmp / SPM_FILE).write_bytes(spm_proto)
         try:
             save_file({EMBEDDINGS_KEY: embeddings}, str(tmp / EMBEDDINGS_FILE))
         except SafetensorError as error:
             raise BundleError(f"cannot write {directory / EMBEDDINGS_FILE}: {error}") from error
-        # safetensors writes through a 0600 temporary file; give it the mode the umask gave the
-        # sentencepiece file, like every other file the user writes
-        shutil.copymode(tmp / SPM_FILE, tmp / EMBEDDINGS_FILE)
         data = asdict(config)
         data["files"] = {name: _file_record(tmp / name) for name in (SPM_FILE, EMBEDDINGS_FILE)}
         (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         (tmp / CARD_FILE).write_text(card or model_card(config), encoding="utf-8")
-        _replace_directory(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
 
 

@@ -6,13 +6,17 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import MISSING, fields
 from itertools import islice
 from pathlib import Path
+from signal import SIGHUP, SIGINT, SIGTERM
 
-from psp_core.bundle import BundleError
+from psp_core.bundle import BundleError, check_bundle_output
 from psp_core.download import DownloadError
 from psp_core.model import EMBED_BATCH_SIZE, load_model
 from psp_core.output_files import (
@@ -25,6 +29,7 @@ from psp_core.output_files import (
 )
 from psp_core.tokenizer import PRETOKENIZERS
 from psp_core.training import CheckpointWriteError, NonFiniteLossError, TrainConfig, train
+from psp_core.training.checkpoint import check_checkpoint_directory
 from psp_core.training_file import TrainingFileError
 
 log = logging.getLogger("psp")
@@ -75,7 +80,7 @@ def _chunks(iterator, size):
 
 def cmd_embed(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_file), "sentence file")
-    output = check_output_file(args.output_file)
+    output = check_output_file(args.output_file, inputs=(source, args.model))
     model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
     dim = _checked_dim(args.dim, model)
     count = sum(1 for _ in read_lines(source))
@@ -110,7 +115,8 @@ def _write_scores(handle, model, source: Path, batch_size: int, dim: int | None)
 
 def cmd_score(args: argparse.Namespace) -> None:
     source = _require_file(Path(args.sentence_pair_file), "sentence pair file")
-    output = check_output_file(args.output_file) if args.output_file else None
+    inputs = (source, args.model)
+    output = check_output_file(args.output_file, inputs=inputs) if args.output_file else None
     model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
     _checked_dim(args.dim, model)
     if output:
@@ -142,9 +148,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         _require_file(Path(args.dev_sts), "dev STS file")
     if args.max_length < 0:
         raise CliError(f"--max-length must be 0 (no limit) or positive, got {args.max_length}")
-    check_output_directory(args.output, "output bundle directory")
-    if args.checkpoint_dir:
-        check_output_directory(args.checkpoint_dir, "checkpoint directory")
+    inputs = (args.data, args.spm, args.dev_sts)
+    output = check_bundle_output(
+        args.output, overwrite=args.overwrite, inputs=inputs, what="output bundle directory"
+    )
+    checkpoint_dir = Path(args.checkpoint_dir or f"{output}.checkpoint")
+    check_checkpoint_directory(checkpoint_dir, overwrite=args.overwrite, inputs=(*inputs, output))
     config = TrainConfig(**{name: getattr(args, name) for name in _train_config_fields()})
     evaluator = None
     if args.dev_sts:
@@ -163,6 +172,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         pretokenizer=args.pretokenizer,
         lowercase=not args.no_lowercase,
         max_length=args.max_length,
+        overwrite=args.overwrite,
     )
     if result.rank == 0:  # under torchrun, only rank 0 reports
         print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
@@ -172,7 +182,7 @@ def cmd_export(args: argparse.Namespace) -> None:
     from psp_core.export import export_model
 
     try:
-        output = export_model(args.model, args.format, args.output)
+        output = export_model(args.model, args.format, args.output, overwrite=args.overwrite)
     except ImportError as error:
         raise CliError(str(error)) from error
     print(f"exported {args.model} as {args.format} to {output}")
@@ -200,6 +210,7 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from psp_core.evaluation import SUITES, evaluate_model
+    from psp_core.evaluation.runner import suites_with_data
 
     eval_dir = Path(args.eval_dir)
     if not eval_dir.is_dir():
@@ -208,7 +219,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     unknown = [s for s in suites if s not in SUITES]
     if unknown or not suites:
         raise CliError(f"--suites {args.suites!r}: expected a comma-separated subset of {SUITES}")
-    output = check_output_file(args.output_json, "--output-json") if args.output_json else None
+    if not suites_with_data(eval_dir, suites):
+        raise _nothing_to_evaluate(eval_dir, suites)
+    inputs = (eval_dir, args.model)
+    output = (
+        check_output_file(args.output_json, "--output-json", inputs=inputs)
+        if args.output_json
+        else None
+    )
     languages = args.tatoeba_languages.split(",") if args.tatoeba_languages else None
     model = load_model(args.model, num_threads=args.threads)
     results = evaluate_model(
@@ -221,16 +239,20 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         dev_sts=args.dev_sts,
     )
     if not (results.sts or results.sts17 or results.stsb or results.tatoeba or results.speed):
-        raise CliError(
-            f"nothing to evaluate in {eval_dir} for suites {','.join(suites)}: expected "
-            "sts/YEAR/NAME.tsv, sts17/PAIR.tsv, stsb/{train,dev,test}.tsv (gold<TAB>s1<TAB>s2) "
-            "or tatoeba/xxx-eng.xxx + tatoeba/xxx-eng.eng (psp fetch-eval-data builds them)"
-        )
+        raise _nothing_to_evaluate(eval_dir, suites)
     sys.stdout.write(results.to_markdown())
     if output:
         with replaced_when_done(output, "w") as handle:
             handle.write(json.dumps(results.to_dict(), indent=2) + "\n")
         log.info("wrote %s", output)
+
+
+def _nothing_to_evaluate(eval_dir: Path, suites: list[str]) -> CliError:
+    return CliError(
+        f"nothing to evaluate in {eval_dir} for suites {','.join(suites)}: expected "
+        "sts/YEAR/NAME.tsv, sts17/PAIR.tsv, stsb/{train,dev,test}.tsv (gold<TAB>s1<TAB>s2) "
+        "or tatoeba/xxx-eng.xxx + tatoeba/xxx-eng.eng (psp fetch-eval-data builds them)"
+    )
 
 
 def cmd_mine(args: argparse.Namespace) -> None:
@@ -240,7 +262,7 @@ def cmd_mine(args: argparse.Namespace) -> None:
     target = _require_file(Path(args.target_file), "target file")
     if args.k < 1:
         raise CliError(f"--k must be >= 1, got {args.k}")
-    check_output_file(args.output_file)
+    check_output_file(args.output_file, inputs=(source, target, args.model))
     model = load_model(args.model, num_threads=args.threads)
     report = mine_files(
         model,
@@ -310,7 +332,17 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spm", required=True, help="sentencepiece model the data was encoded with"
     )
-    parser.add_argument("--output", required=True, help="model bundle directory to write")
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="model bundle directory to write (an earlier bundle there is replaced; a folder of "
+        "other files is refused unless --overwrite)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --output (and use --checkpoint-dir) even if it is a folder of other files",
+    )
     parser.add_argument("--dev-sts", help="STS file (gold<TAB>s1<TAB>s2) for model selection")
     parser.add_argument("--checkpoint-dir", help="default: <output>.checkpoint")
     parser.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
@@ -397,7 +429,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--model", required=True, help="model bundle directory")
     export.add_argument("--format", required=True, choices=["sentence-transformers", "model2vec"])
-    export.add_argument("--output", required=True, help="folder to write (replaced if present)")
+    export.add_argument(
+        "--output",
+        required=True,
+        help="folder to write (an earlier export there is replaced; a folder of other files is "
+        "refused unless --overwrite)",
+    )
+    export.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --output even if it is a folder of other files",
+    )
     export.set_defaults(handler=cmd_export)
 
     evaluate = commands.add_parser(
@@ -449,6 +491,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where Python code runs so that every temporary is removed on
+    the way out (``kill`` without ``-9``, a closed terminal, a job scheduler's stop)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def _signals_raise():
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while the block runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (SIGTERM, SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -457,11 +526,19 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        args.handler(args)
+        with _signals_raise():
+            args.handler(args)
     except BrokenPipeError:
         # whoever read our standard output stopped (psp score ... | head): stop quietly
         _abandon_stdout()
         return 1
+    except KeyboardInterrupt:
+        print("psp: interrupted (Ctrl-C)", file=sys.stderr)
+        return 128 + SIGINT  # 130, as shells report Ctrl-C
+    except Terminated as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"psp: stopped by {name}", file=sys.stderr)
+        return 128 + stop.signum
     except (
         CliError,
         OutputError,

@@ -28,7 +28,6 @@ Needs the optional extra ``export`` (``pip install .[export]``): ``tokenizers``,
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,8 @@ import numpy as np
 
 from psp_core.bundle import load_bundle
 from psp_core.model_card import CARD_FILE, model_card, retarget_card
+from psp_core.output_dirs import directory_written_then_replaced
+from psp_core.output_files import check_output_directory, os_error_code, write_error
 from psp_core.spm_spec import (
     _MODEL_TYPES,
     _NORMAL,
@@ -138,23 +139,57 @@ def _require(module: str):
         ) from error
 
 
+EXPORT_RECORD = "psp_export.json"
+
+
+def is_export_directory(directory: str | Path) -> bool:
+    """Whether ``directory`` is an earlier export (its ``psp_export.json`` names a format): the
+    marker that lets an export replace it."""
+    try:
+        data = json.loads((Path(directory) / EXPORT_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") in FORMATS
+
+
+def check_export_output(
+    output: str | Path, bundle_dir: str | Path, *, overwrite: bool = False
+) -> Path:
+    """Refuse, before any work, an export folder that is a file, is the bundle (or contains it,
+    or lies inside it), or is an existing folder of other files (unless ``overwrite``)."""
+    return check_output_directory(
+        output,
+        "export folder",
+        is_ours=is_export_directory,
+        ours=f"an earlier export (no {EXPORT_RECORD})",
+        overwrite=overwrite,
+        inputs=(bundle_dir,),
+    )
+
+
 def export_model(
     bundle_dir: str | Path,
     format: str,
     output: str | Path,
     *,
     record: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write the bundle at ``bundle_dir`` as a ``format`` model folder at ``output``.
 
     ``format`` is ``"sentence-transformers"`` (``SentenceTransformer(output)`` loads it) or
-    ``"model2vec"`` (``StaticModel.from_pretrained(output)`` loads it). ``output`` is replaced
-    if it exists (the new folder is complete before it takes the name). It carries the bundle's
-    model card (``README.md``, naming the target library) and ``psp_export.json`` (what it was
-    made from, plus ``record``). Returns ``output``.
+    ``"model2vec"`` (``StaticModel.from_pretrained(output)`` loads it). An earlier export at
+    ``output`` is replaced: the new folder is complete before it swaps names with the old one
+    (:func:`psp_core.output_dirs.replace_directory`). A folder of other files, the bundle
+    itself or a folder holding it are refused (:class:`~psp_core.output_files.OutputError`)
+    before any work; ``overwrite`` lifts the first refusal only. The export carries the
+    bundle's model card (``README.md``, naming the target library) and ``psp_export.json``
+    (what it was made from, plus ``record``), and its files get the umask's modes. Returns
+    ``output``.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; expected one of {list(FORMATS)}")
+    check_export_output(output, bundle_dir, overwrite=overwrite)
     config, spm_proto, embeddings = load_bundle(bundle_dir)
     spec = _spec(spm_proto)
     problems = _unsupported(spec, config.pretokenizer)
@@ -166,34 +201,31 @@ def export_model(
     tokenizer = build_tokenizer(spm_proto, lowercase=config.lowercase, max_length=config.max_length)
     weights = np.array(embeddings, dtype=np.float32, copy=True)
     output = Path(output)
-    tmp = output.with_name(output.name + ".tmp-export")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if format == "sentence-transformers":
-        _write_sentence_transformers(tmp, tokenizer, weights, spec.unk_id)
-    else:
-        _write_model2vec(tmp, tokenizer, weights, config.max_length, config.languages)
-    (tmp / "psp_export.json").write_text(
-        json.dumps(
-            {
-                "format": format,
-                "source_bundle": str(Path(bundle_dir).resolve()),
-                "spm_sha256": config.spm_sha256,
-                "dim": config.dim,
-                "vocab_size": config.vocab_size,
-                "lowercase": config.lowercase,
-                "max_length": config.max_length,
-                **(record or {}),
-            },
-            indent=2,
-        )
-        + "\n"
-    )
     card = Path(bundle_dir) / CARD_FILE
     text = card.read_text(encoding="utf-8") if card.is_file() else model_card(config)
-    (tmp / CARD_FILE).write_text(retarget_card(text, format), encoding="utf-8")
-    if output.exists():
-        shutil.rmtree(output)
-    tmp.rename(output)
+    made_from = {
+        "format": format,
+        "source_bundle": str(Path(bundle_dir).resolve()),
+        "spm_sha256": config.spm_sha256,
+        "dim": config.dim,
+        "vocab_size": config.vocab_size,
+        "lowercase": config.lowercase,
+        "max_length": config.max_length,
+        **(record or {}),
+    }
+    with directory_written_then_replaced(output) as tmp:
+        try:
+            if format == "sentence-transformers":
+                _write_sentence_transformers(tmp, tokenizer, weights, spec.unk_id)
+            else:
+                _write_model2vec(tmp, tokenizer, weights, config.max_length, config.languages)
+            (tmp / CARD_FILE).write_text(retarget_card(text, format), encoding="utf-8")
+            # last: a folder with this record is a complete export
+            (tmp / EXPORT_RECORD).write_text(json.dumps(made_from, indent=2) + "\n")
+        except Exception as error:
+            if os_error_code(error) is None:
+                raise
+            raise write_error(output, error) from error
     return output
 
 

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from psp_core.bundle import BundleConfig, load_bundle, save_bundle
+from psp_core.devices import resolve_device
 from psp_core.tokenizer import Tokenizer
 from psp_core.word_vectors import (
     DEFAULT_BUDGET_BYTES,
@@ -229,6 +230,7 @@ def load_model(
             pieces, which ``embed`` averages over instead of their pieces
             (:mod:`psp_core.word_vectors`; default 128 MiB; 0 turns the path off).
     """
+    resolve_device(device)  # a device this machine lacks fails before the bundle is read
     config, spm_proto, embeddings = load_bundle(path)
     tokenizer = Tokenizer(
         spm_proto,
@@ -238,8 +240,7 @@ def load_model(
         num_threads=num_threads,
         word_cache_size=word_cache_size,
     )
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     return PSPModel(
         tokenizer,
         embeddings,

@@ -10,8 +10,6 @@ name and renamed when complete.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -22,6 +20,7 @@ import numpy as np
 from psp_core.bitext_mining.margin import mine
 from psp_core.bitext_mining.search import DEFAULT_BLOCK_SIZE
 from psp_core.model import PSPModel
+from psp_core.output_dirs import work_directory_beside
 from psp_core.output_files import NpyWriter, replaced_when_done, write_error
 
 log = logging.getLogger(__name__)
@@ -122,10 +121,9 @@ def mine_files(
     output = Path(output_file)
     output.parent.mkdir(parents=True, exist_ok=True)
     log.info("embedding %d source and %d target sentences", len(source), len(target))
-    # named like every temporary (.tmp-<pid>): a later run removes it if this one is killed
-    with tempfile.TemporaryDirectory(
-        prefix=".psp-mine-", suffix=f".tmp-{os.getpid()}", dir=output.parent
-    ) as work:
+    # named like every temporary of this output (NAME.tmp-<pid>): a later run removes it if
+    # this one is killed
+    with work_directory_beside(output) as work:
         source_vectors = embed_to_memmap(model, source, Path(work) / "source.npy", batch_size)
         target_vectors = embed_to_memmap(model, target, Path(work) / "target.npy", batch_size)
         pairs = mine(

@@ -24,6 +24,7 @@ import requests
 
 from psp_core.download import DownloadError, download, retrying_session
 from psp_core.evaluation import archives
+from psp_core.stale_temps import remove_stale_temps
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,11 @@ def prepare_eval_data(
 
     Returns the names of the datasets written (e.g. ``sts/2012/MSRpar``); a source that fails to
     download is logged, reported in the exception raised at the end, and does not stop the others.
+    Temporaries that a killed run left in ``eval_dir`` are removed first (downloads in progress,
+    ``NAME.part``, are kept: they resume).
     """
     eval_dir = Path(eval_dir)
+    remove_stale_temps(eval_dir)
     cache = Path(cache_dir) if cache_dir else eval_dir / ".downloads"
     wanted = {name: s for name, s in sources.items() if formats is None or s.format in formats}
     failures, downloaded = [], {}

@@ -15,6 +15,20 @@ from psp_core.model import PSPModel
 log = logging.getLogger(__name__)
 
 SUITES = ("sts", "sts17", "stsb", "tatoeba", "speed")
+#: the files each suite reads, as glob patterns under the evaluation directory
+SUITE_FILES = {
+    "sts": ("sts/*/*.tsv",),
+    "sts17": ("sts17/*.tsv",),
+    "stsb": ("stsb/*.tsv",),
+    "tatoeba": ("tatoeba/*-eng.eng",),
+    "speed": ("sts/*/*.tsv", "sts17/*.tsv"),
+}
+
+
+def suites_with_data(eval_dir: str | Path, suites: Sequence[str] = SUITES) -> list[str]:
+    """Those of ``suites`` that find at least one of their files under ``eval_dir``."""
+    root = Path(eval_dir)
+    return [s for s in suites if any(next(root.glob(p), None) for p in SUITE_FILES[s])]
 
 
 def evaluate_model(

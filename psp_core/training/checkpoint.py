@@ -35,6 +35,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from psp_core.output_dirs import replace_directory
+from psp_core.output_files import check_output_directory, os_error_code
+
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "weights.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -42,8 +45,6 @@ BEST_FILE = "best.safetensors"
 POINTER_FILE = "LATEST"
 #: the fingerprint key of the training file's content (see ``trainer.train``)
 DATA_KEY = "data_sha256"
-# how safetensors' Rust writer reports an OS error: "... No space left on device (os error 28)"
-_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 _ADVICE = {
     errno.ENOSPC: "free space there or write checkpoints elsewhere (psp train --checkpoint-dir)",
     errno.EDQUOT: "free space there or write checkpoints elsewhere (psp train --checkpoint-dir)",
@@ -62,9 +63,7 @@ class CheckpointWriteError(OSError):
     """
 
     def __init__(self, path: Path, error: BaseException) -> None:
-        code = error.errno if isinstance(error, OSError) else None
-        if code is None and (match := _RUST_OS_ERROR.search(str(error))):
-            code = int(match.group(1))
+        code = os_error_code(error)
         reason = os.strerror(code) if code is not None else str(error)
         super().__init__(code, reason, str(path))
         self.message = f"cannot write checkpoint file {path}: {reason}"
@@ -168,6 +167,31 @@ def _restore_rng(tensors: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state_all(cuda_states)
 
 
+def is_checkpoint_directory(directory: str | Path) -> bool:
+    """Whether everything in ``directory`` is a checkpoint store's own (``step-*``, ``LATEST``,
+    ``best.safetensors`` and their temporaries): the marker that lets training write there and
+    remove it when done."""
+    own = re.compile(rf"(step-[0-9]+-epoch-[0-9]+|{POINTER_FILE}|{re.escape(BEST_FILE)})")
+    return all(
+        own.fullmatch(name.split(".tmp-")[0].split(".old-")[0]) for name in os.listdir(directory)
+    )
+
+
+def check_checkpoint_directory(
+    directory: str | Path, *, overwrite: bool = False, inputs=()
+) -> Path:
+    """Refuse, before any work, a checkpoint directory that is a file, an input, or an existing
+    folder of other files (training removes its checkpoint directory when it ends)."""
+    return check_output_directory(
+        directory,
+        "checkpoint directory",
+        is_ours=is_checkpoint_directory,
+        ours="a psp training checkpoint",
+        overwrite=overwrite,
+        inputs=inputs,
+    )
+
+
 class CheckpointStore:
     """Save and restore training checkpoints in ``directory``."""
 
@@ -214,8 +238,7 @@ class CheckpointStore:
         payload = {"state": asdict(state), "optimizer": optim_meta, "fingerprint": fingerprint}
         with _writing(final / STATE_FILE, tmp):
             (tmp / STATE_FILE).write_text(json.dumps(payload, indent=1))
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
+            replace_directory(tmp, final)
         pointer_tmp = self.directory / f"{POINTER_FILE}.tmp-{os.getpid()}"
         with _writing(self.directory / POINTER_FILE, pointer_tmp):
             pointer_tmp.write_text(name + "\n")

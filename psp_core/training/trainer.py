@@ -17,12 +17,18 @@ from pathlib import Path
 
 import torch
 
-from psp_core.bundle import BundleConfig, save_bundle
+from psp_core.bundle import BundleConfig, check_bundle_output, save_bundle
+from psp_core.devices import resolve_device
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.model import PSPModel
 from psp_core.model_card import CardFacts, model_card
 from psp_core.tokenizer import Tokenizer, sha256_file
-from psp_core.training.checkpoint import DATA_KEY, CheckpointStore, TrainingState
+from psp_core.training.checkpoint import (
+    DATA_KEY,
+    CheckpointStore,
+    TrainingState,
+    check_checkpoint_directory,
+)
 from psp_core.training.config import TrainConfig
 from psp_core.training.data import EpochStream, PairBatch
 from psp_core.training.distributed import DistributedContext, distributed_training, tensor_digest
@@ -56,15 +62,6 @@ def torch_threads(count: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but CUDA is not available")
-    return device
-
-
 def default_pretokenizer(lang: str) -> str:
     return "jieba" if lang.split("-")[-1].startswith("zh") else "none"
 
@@ -91,6 +88,7 @@ def train(
     lowercase: bool = True,
     max_length: int = 100,
     on_step: Callable[[int, float], None] | None = None,
+    overwrite: bool = False,
 ) -> TrainResult:
     """Train a P-SP model on a training HDF5 and write a model bundle to ``output_dir``.
 
@@ -111,6 +109,9 @@ def train(
             must match how the training file was encoded. ``pretokenizer=None`` picks jieba for
             Chinese and none otherwise.
         on_step: called as ``on_step(step, loss)`` after every optimizer step.
+        overwrite: replace ``output_dir`` (and use ``checkpoint_dir``) even when it is a folder
+            of other files. Without it such a folder is refused before any work
+            (:class:`~psp_core.output_files.OutputError`); an earlier bundle is always replaced.
 
     Started by ``torchrun`` with several processes, this trains data-parallel (see
     :mod:`psp_core.training.distributed`): each step trains ``world_size`` mini-batches of
@@ -118,7 +119,11 @@ def train(
     """
     config = config or TrainConfig()
     output_dir = Path(output_dir)
-    store = CheckpointStore(checkpoint_dir or output_dir.with_name(output_dir.name + ".checkpoint"))
+    checkpoint_dir = Path(checkpoint_dir or output_dir.with_name(output_dir.name + ".checkpoint"))
+    inputs = (data_path, spm_path)
+    check_bundle_output(output_dir, overwrite=overwrite, inputs=inputs, what="output bundle")
+    check_checkpoint_directory(checkpoint_dir, overwrite=overwrite, inputs=(*inputs, output_dir))
+    store = CheckpointStore(checkpoint_dir)
     with (
         distributed_training(resolve_device(config.device)) as (distributed, device),
         torch_threads(config.num_threads),
@@ -318,7 +323,12 @@ def train(
             )
             card = model_card(bundle_config, facts)
             bundle = save_bundle(
-                output_dir, weights.numpy(), tokenizer.model_proto, bundle_config, card
+                output_dir,
+                weights.numpy(),
+                tokenizer.model_proto,
+                bundle_config,
+                card,
+                overwrite=overwrite,
             )
             if not keep_checkpoint and not stopped_early:
                 store.remove()

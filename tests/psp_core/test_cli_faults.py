@@ -4,81 +4,13 @@ folder without data and a full disk, and leaves no temporary file behind."""
 
 from __future__ import annotations
 
-import json
-import os
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from psp_core.cli import main
+from tests.psp_core.cli_runs import PSP_SCRIPT, command, one_error_line, run_main, run_psp
 from tests.psp_core.filesystems import listing, read_only_directory, tiny_tmpfs
-
-PSP_SCRIPT = Path(sys.executable).with_name("psp")
-
-
-@pytest.fixture()
-def inputs(tmp_path, toy) -> dict[str, Path]:
-    folder = tmp_path / "inputs"
-    folder.mkdir()
-    pairs = toy.pairs(40, seed=3)
-    sentences = folder / "sentences.txt"
-    sentences.write_text("".join(f"{a}\n{b}\n" for a, b in pairs), encoding="utf-8")
-    pair_file = folder / "pairs.tsv"
-    pair_file.write_text("".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
-    eval_dir = tmp_path / "eval"
-    (eval_dir / "sts17").mkdir(parents=True)
-    (eval_dir / "sts17" / "en-en.tsv").write_text(
-        "".join(f"{i % 5}.0\t{a}\t{b}\n" for i, (a, b) in enumerate(pairs)), encoding="utf-8"
-    )
-    return {"sentences": sentences, "pairs": pair_file, "eval": eval_dir}
-
-
-def command(name: str, bundle: Path, inputs: dict[str, Path], output: Path, **paths) -> list[str]:
-    """``psp <name>`` writing to ``output``; ``paths`` replace the default inputs."""
-    get = {**inputs, **paths}.get
-    return {
-        "embed": ["embed", "--sentence-file", str(get("sentences")), "--model", str(bundle)]
-        + ["--output-file", str(output)],
-        "score": ["score", "--sentence-pair-file", str(get("pairs")), "--model", str(bundle)]
-        + ["--output-file", str(output)],
-        "evaluate": ["evaluate", "--model", str(bundle), "--eval-dir", str(get("eval"))]
-        + ["--suites", "sts17", "--output-json", str(output)],
-        "mine": ["mine", "--model", str(bundle), "--source-file", str(get("sentences"))]
-        + ["--target-file", str(get("sentences")), "--output-file", str(output)],
-        "train": ["train", "--data", str(get("data")), "--spm", str(get("spm"))]
-        + ["--output", str(output), "--epochs", "1", "--dim", "8", "--device", "cpu"],
-        "fetch-eval-data": ["fetch-eval-data", "--dest", str(output)]
-        + ["--sources-json", str(get("sources"))],
-    }[name]
-
-
-@pytest.fixture()
-def train_inputs(toy_training_file, spm_path, tmp_path) -> dict[str, Path]:
-    sources = tmp_path / "inputs" / "sources.json"
-    sources.parent.mkdir(exist_ok=True)
-    # an unreachable mirror: a test that got past the checks would fail on the download
-    url = "http://127.0.0.1:9/none.zip"
-    sources.write_text(json.dumps({"x.zip": {"url": url, "format": "stsb"}}))
-    return {"data": toy_training_file, "spm": spm_path, "sources": sources}
-
-
-def one_error_line(err: str, *fragments: str) -> str:
-    """The single ``psp: error:`` line of ``err`` (no traceback), containing every fragment."""
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("psp: error:")]
-    assert len(lines) == 1, err
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-    return lines[0]
-
-
-def run_main(capsys, argv: list[str], *fragments: str) -> str:
-    assert main(argv) == 2
-    return one_error_line(capsys.readouterr().err, *fragments)
-
 
 FILE_OUTPUTS = ["embed", "score", "evaluate", "mine"]
 DIRECTORY_OUTPUTS = ["train", "fetch-eval-data"]
@@ -199,23 +131,6 @@ def test_evaluate_with_nothing_to_evaluate_is_an_error(tmp_path, bundle, capsys,
 
 
 # --- a full disk ----------------------------------------------------------------------------------
-
-
-def run_psp(argv: list[str], *, file_size_limit: int | None = None, **kwargs):
-    def limit() -> None:
-        if file_size_limit is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
-
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
-    return subprocess.run(
-        [str(PSP_SCRIPT), *argv],
-        text=True,
-        timeout=120,
-        preexec_fn=limit,
-        env=env,
-        **streams,
-    )
 
 
 @pytest.mark.slow

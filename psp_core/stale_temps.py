@@ -6,10 +6,14 @@ renames (or, on an exception, removes) it when done:
 * ``.{name}.tmp-{pid}``: pair files (:class:`ops.pair_files.PairWriter`),
   :func:`ops.text_io.atomic_path`, a stage's manifest;
 * ``{name}.tmp-{pid}``: training files, checkpoints, model bundle directories;
-* ``{name}.old-{pid}``: a model bundle directory being replaced.
+* ``{name}.old-{pid}``: a directory being replaced where the file system cannot exchange two
+  names at once (:func:`psp_core.output_dirs.replace_directory`).
 
 Only a process killed outright (``kill -9``, the OOM killer) leaves one behind, and nothing
-reads it again: :func:`remove_stale_temps` removes those whose pid no longer runs. Download
+reads it again: :func:`remove_stale_temps` removes those whose pid no longer runs, and
+:func:`remove_stale_temps_beside` those of one output. One is not removed but put back: a
+``{name}.old-{pid}`` whose ``{name}`` is missing is the old output of a replacement killed
+between its two renames, and it takes its name again (the old output, whole). Download
 partials (``{name}.part`` in the cache) are not temporaries: a later download resumes them.
 
 Two limits, both accepted: a pid may have been reused by an unrelated process, which keeps the
@@ -51,6 +55,46 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _remove_or_restore(entry: os.DirEntry, pid: int) -> Path | None:
+    """Remove a dead writer's temporary (or put an interrupted replacement's old output back);
+    returns the path removed, None when nothing was removed."""
+    path = Path(entry.path)
+    if entry.name.endswith(f".old-{pid}"):
+        original = path.with_name(entry.name[: -len(f".old-{pid}")])
+        if not os.path.lexists(original):
+            os.rename(path, original)
+            log.warning("restored %s: its replacement by pid %d was cut off", original, pid)
+            return None
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        return None  # gone meanwhile
+    log.info("removed %s: left by pid %d, which no longer runs", path, pid)
+    return path
+
+
+def remove_stale_temps_beside(output: str | Path) -> list[Path]:
+    """Remove the temporaries dead writers of ``output`` left beside it (``.NAME.tmp-PID``,
+    ``NAME.tmp-PID``, ``NAME.old-PID`` in its folder, and nothing else); returns them."""
+    output = Path(os.path.abspath(output))
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(output.parent))
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for entry in entries:
+        pid = writer_pid(entry.name)
+        if pid is None or pid_alive(pid):
+            continue
+        stem = entry.name[: _TEMP_SUFFIX.search(entry.name).start() + 1]
+        if stem in (output.name, f".{output.name}") and (path := _remove_or_restore(entry, pid)):
+            removed.append(path)
+    return removed
+
+
 def remove_stale_temps(directory: str | Path) -> list[Path]:
     """Remove the temporaries under ``directory`` whose writer's pid no longer runs.
 
@@ -69,16 +113,6 @@ def remove_stale_temps(directory: str | Path) -> list[Path]:
             if entry.is_dir(follow_symlinks=False):
                 removed += remove_stale_temps(entry.path)
             continue
-        if pid_alive(pid):
-            continue
-        path = Path(entry.path)
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        except FileNotFoundError:
-            continue  # gone meanwhile
-        log.info("removed %s: left by pid %d, which no longer runs", path, pid)
-        removed.append(path)
+        if not pid_alive(pid) and (path := _remove_or_restore(entry, pid)):
+            removed.append(path)
     return removed
