@@ -140,8 +140,10 @@ def directory_written_then_replaced(final: str | Path) -> Iterator[Path]:
 @contextmanager
 def work_directory_beside(output: str | Path) -> Iterator[Path]:
     """A scratch directory beside ``output`` (``NAME.tmp-PID``), removed when the block ends;
-    a killed run's is removed by the next run's :func:`remove_stale_temps_beside`."""
-    work = temporary_beside(Path(os.path.abspath(output)))
+    what killed runs left beside ``output`` is removed first."""
+    output = Path(os.path.abspath(output))
+    remove_stale_temps_beside(output)
+    work = temporary_beside(output)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:

@@ -18,6 +18,7 @@ import torch
 from psp_core.bundle import load_bundle
 from psp_core.cli import main
 from psp_core.export import export_model, is_export_directory
+from tests.ops.temp_writers import killed_writer, live_writer
 from tests.psp_core.cli_runs import PSP_SCRIPT, command, one_error_line, run_main, run_psp
 from tests.psp_core.filesystems import listing, tiny_tmpfs
 
@@ -268,3 +269,17 @@ def test_an_embed_killed_with_sigkill_leaves_a_temporary_the_next_run_removes(
     completed = run_psp(command("embed", bundle, inputs, output))
     assert completed.returncode == 0, completed.stderr
     assert listing(output.parent) == ["vectors.npy"]
+
+
+@pytest.mark.parametrize("name", ["embed", "score", "mine", "evaluate"])
+def test_each_command_removes_what_killed_runs_of_its_output_left(
+    tmp_path, bundle, inputs, capsys, name
+):
+    """The hidden file a killed writer left (``.out.tmp-PID``) and mine's work folder
+    (``out.tmp-PID/``, two .npy files of vectors); a live writer's and other outputs' stay."""
+    folder = tmp_path / "outputs"
+    folder.mkdir()
+    dead = killed_writer(folder, [".out.tmp-{pid}", "out.tmp-{pid}/", ".other.tmp-{pid}"])
+    with live_writer(folder, [".out.tmp-{pid}"]) as alive:
+        assert main(command(name, bundle, inputs, folder / "out")) == 0
+        assert listing(folder) == sorted([f".other.tmp-{dead}", f".out.tmp-{alive}", "out"])
