@@ -17,8 +17,11 @@ cached, safe (no near tie, no whitespace hazard: see :class:`~psp_core.word_piec
 and with a row, at least one known piece (a sentence of only unknown pieces is the unknown
 piece's vector) and at most ``max_length`` of them (truncation cuts inside a word). The others
 are left to the piece path (:meth:`embed` returns them). The vectors equal the piece path's to
-float32 rounding (the sums are added in another order), checked in
-``tests/psp_core/test_word_vectors.py``; ``benchmarks/embed_speed.py`` measures the gain.
+the table's rounding: float32 rounding for a float32 table (the sums are added in another
+order); for a float16 table (``load_model(dtype="float16")``) each word's sum is itself stored
+in float16, so the two paths agree to float16 rounding (a relative 1e-3; tested at 2e-3), not
+float32's. Checked in ``tests/psp_core/test_word_vectors.py``; ``benchmarks/embed_speed.py``
+measures the gain.
 """
 
 from __future__ import annotations

@@ -148,3 +148,89 @@ def test_models_that_do_not_split_words_apart_are_not_cached(tmp_path) -> None:
     bpe = train_sentencepiece(english, tmp_path / "bpe.model", vocab_size=300, model_type="bpe")
     tokenizer = Tokenizer.from_file(bpe, word_cache_size=1000)
     assert not word_independent(tokenizer.model_proto) and tokenizer._words is None
+
+
+@pytest.fixture(scope="module")
+def en_de_model(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A vocab-8k model of a sample of the shared en-de bitext, and that bitext's lines."""
+    bitext = require_shared_data("bitext", "en-de")
+    lines = _lines(bitext / "combined.en.gz") + _lines(bitext / "combined.de.gz")
+    sample = [s.lower() for s in lines[::8]]
+    path = tmp_path_factory.mktemp("spm") / "spm.model"
+    return train_sentencepiece(sample, path, vocab_size=8000, input_sentence_size=60_000), lines
+
+
+def _close_calls(processor, words: list[str], low: float, high: float) -> list[str]:
+    """The words whose two best segmentations' scores differ by ``low`` to ``high``, the
+    closest first."""
+    scores = np.array([processor.GetScore(i) for i in range(processor.GetPieceSize())])
+    found = []
+    for word, best in zip(words, processor.NBestEncode(words, nbest_size=2, out_type=int),
+                          strict=True):  # fmt: skip
+        gap = abs(scores[best[0]].sum() - scores[best[1]].sum()) if len(best) > 1 else np.inf
+        if low <= gap < high:
+            found.append((gap, word))
+    return [word for _, word in sorted(found)]
+
+
+@pytest.mark.real_data
+def test_texts_of_2000_to_20000_words_get_sentencepieces_ids(en_de_model) -> None:
+    """Without a length limit (max_length 0), texts of 2,000-20,000 words of the shared bitext,
+    each ending with words whose two best segmentations are 0.001-0.03 apart: float32 rounding
+    at a sentence score of 20,000-300,000 is that large, and sentencepiece's Viterbi inside such
+    a text picks the other segmentation of some of them (a fixed gap of 0.001 got 2 of 10
+    20,000-word texts wrong)."""
+    model, lines = en_de_model
+    cached = Tokenizer.from_file(model, max_length=0, word_cache_size=1_000_000)
+    plain = Tokenizer.from_file(model, max_length=0)
+    words = [w for line in lines[:40_000] for w in line.lower().split()]
+    close = _close_calls(plain.processor, sorted(set(words)), 1e-3, 0.03)
+    assert len(close) >= 50
+    rng = np.random.default_rng(26)
+    for length in (2_000, 5_000, 20_000):
+        starts = rng.integers(0, len(words) - length, size=6)
+        texts = [" ".join(words[s : s + length] + list(rng.choice(close, 40))) for s in starts]
+        for _ in range(2):  # the second time, every word is cached
+            got, want = cached.encode(texts), plain.encode(texts)
+            assert np.array_equal(got.offsets, want.offsets), length
+            assert np.array_equal(got.ids, want.ids), length
+
+
+@pytest.mark.real_data
+def test_words_of_one_piece_near_a_tie_are_checked(en_de_model) -> None:
+    """A word that is one piece can tie with a segmentation into several: it is checked like
+    the others (before, only words of several pieces were), and a text long enough for float32
+    rounding to reach its gap (module docstring: ``(characters + 2) x ulp(M)``, taken here as
+    ``2 (characters + 1) x ulp``) is encoded by sentencepiece."""
+    model, lines = en_de_model
+    processor = Tokenizer.from_file(model).processor
+    cache = WordPieceCache(processor)
+    words = sorted({w for line in lines for w in line.lower().split()})
+    one_piece = [w for w in words if len(processor.Encode(w, out_type=int)) == 1]
+    scores = np.array([processor.GetScore(i) for i in range(processor.GetPieceSize())])
+    nbest = processor.NBestEncode(one_piece, nbest_size=2, out_type=int)
+    gap, word = min(
+        (scores[b[0]].sum() - scores[b[1]].sum(), w)
+        for w, b in zip(one_piece, nbest, strict=True)
+        if len(b) > 1
+    )
+    # filler whose float32 score has an ulp of 2 x gap / (2 (len + 1)): 2**24 times that
+    # filler of words far from any tie: only the word tested can make the text unsafe
+    plain_words = [w for w in words if w.isascii() and w.isalpha()]  # (no whitespace hazard)
+    sample = plain_words[:: max(1, len(plain_words) // 30_000)]
+    sample_nbest = processor.NBestEncode(sample, nbest_size=2, out_type=int)
+    filler_words = [
+        w
+        for w, b in zip(sample, sample_nbest, strict=True)
+        if len(b) == 1 or scores[b[0]].sum() - scores[b[1]].sum() > 2.0
+    ]
+    per_word = -np.mean([scores[processor.Encode(w, out_type=int)].sum() for w in filler_words])
+    needed = int(2 * gap / (2 * (len(word) + 1)) * 2**24 / per_word) + 1
+    filler = " ".join((filler_words * (needed // len(filler_words) + 1))[:needed])
+    texts = [word, f"{filler} {word}", f"{word} {word}"]
+    for _ in range(2):
+        got = cache.encode(texts)
+        want = flatten_id_lists(processor.Encode(texts, out_type=int))
+        assert np.array_equal(got.ids, want.ids) and np.array_equal(got.offsets, want.offsets)
+    redo = cache.lookup(texts).redo
+    assert redo[1] and not redo[0], (word, gap, needed)
