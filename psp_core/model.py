@@ -154,13 +154,7 @@ class PSPModel:
             if self._word_vectors is None:
                 self._embed_pieces(block_sentences, target, batch_size)
             else:
-                texts = self.tokenizer.normalize(block_sentences)
-                with self.tokenizer.word_cache_lock:
-                    left = self._word_vectors.embed(texts, target, batch_size)
-                if len(left):
-                    rest = np.empty((len(left), self.dim), dtype=np.float32)
-                    self._embed_pieces([block_sentences[i] for i in left], rest, batch_size)
-                    target[left] = rest
+                self._embed_words(block_sentences, target, batch_size)
             progress.update(len(block_sentences))
         progress.close()
         if dim is not None and dim < self.dim:
@@ -170,10 +164,40 @@ class PSPModel:
             np.divide(output, norms, out=output, where=norms > 0)
         return output
 
+    def _embed_words(self, sentences: list[str], out: np.ndarray, batch_size: int) -> None:
+        """Average ``sentences`` into ``out`` over their words' sums where the word cache can,
+        the others over their pieces from sentencepiece alone (never through the cache twice).
+        Which sentences try the cache: all of them, or a probe while it does not pay for itself
+        (:class:`~psp_core.cache_policy.CachePolicy`)."""
+        policy = self.tokenizer.cache_policy
+        probing = not policy.use_cache
+        rows = policy.cache_rows(len(sentences))
+        texts = self.tokenizer.normalize(sentences)
+        if rows is not None:
+            # a probe: the cache counts the sentences it could serve (and remembers their new
+            # words); the whole block goes through sentencepiece alone
+            with self.tokenizer.word_cache_lock:
+                servable = self.tokenizer.word_cache.probe([texts[i] for i in rows])
+            policy.record(servable, len(rows), probe=True)
+            self._average(self.tokenizer.encode_normalized(texts, use_cache=False), out, batch_size)
+            return
+        with self.tokenizer.word_cache_lock:
+            left = self._word_vectors.embed(texts, out, batch_size)
+        policy.record(len(texts) - len(left), len(texts), probe=probing)
+        if len(left):
+            tokens = self.tokenizer.encode_normalized([texts[i] for i in left], use_cache=False)
+            rest = np.empty((len(left), self.dim), dtype=np.float32)
+            self._average(tokens, rest, batch_size)
+            out[left] = rest
+
     def _embed_pieces(self, sentences: list[str], out: np.ndarray, batch_size: int) -> None:
         """Tokenize ``sentences`` and average their pieces into ``out``, ``batch_size`` at a
         time."""
-        tokens = self.tokenizer.encode(sentences)
+        self._average(self.tokenizer.encode(sentences), out, batch_size)
+
+    def _average(self, tokens, out: np.ndarray, batch_size: int) -> None:
+        """Average the pieces of ``tokens`` (a TokenBatch) into ``out``, ``batch_size`` rows at
+        a time."""
         for start in range(0, len(tokens), batch_size):
             stop = min(start + batch_size, len(tokens))
             low, high = tokens.offsets[start], tokens.offsets[stop]
@@ -226,6 +250,10 @@ def load_model(
             ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU.
         word_cache_size: distinct words whose sentencepiece ids the tokenizer keeps
             (:mod:`psp_core.word_pieces`: the same ids, faster once words recur; 0 turns it off).
+            It is used only while it pays for itself (:mod:`psp_core.cache_policy`): on one pass
+            over distinct sentences it only probes (about 37,000 sentences/s on 1 thread, where
+            sentencepiece alone runs about 39,000), on sentences embedded again and again it
+            serves nearly all of them (about 215,000/s; benchmarks/README.md).
         word_vector_bytes: memory for the sums of piece vectors of cached words of several
             pieces, which ``embed`` averages over instead of their pieces
             (:mod:`psp_core.word_vectors`; default 128 MiB; 0 turns the path off).

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from psp_core.cache_policy import CachePolicy
 from psp_core.csr import TokenBatch
 from psp_core.word_pieces import WordPieceCache, word_independent
 
@@ -163,10 +164,11 @@ class Tokenizer:
         word_cache_size: the most distinct words whose pieces are kept
             (:class:`~psp_core.word_pieces.WordPieceCache`, about 300 bytes each; the same ids
             as sentencepiece). 0, the default, sends every sentence to sentencepiece: a word is
-            cached on its second sighting at about 15 us, which pays off only where words recur
-            across calls (embedding: :func:`psp_core.load_model` turns it on), not in one pass
-            over a corpus with a rich vocabulary (the preparation chain: measured in
-            benchmarks/README.md).
+            cached on its second sighting at about 10-15 us, which pays off only where words
+            recur across calls (embedding: :func:`psp_core.load_model` turns it on), not in one
+            pass over a corpus with a rich vocabulary (the preparation chain: measured in
+            benchmarks/README.md). Even when on, blocks use it only while it pays for itself
+            (:attr:`cache_policy`, :mod:`psp_core.cache_policy`).
     """
 
     def __init__(
@@ -199,6 +201,8 @@ class Tokenizer:
             if word_cache_size > 0 and word_independent(model_proto)
             else None
         )
+        #: whether the word cache is paying for itself (psp_core/cache_policy.py)
+        self.cache_policy = CachePolicy()
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> Tokenizer:
@@ -238,11 +242,34 @@ class Tokenizer:
         """Encode ``sentences`` to a cleaned :class:`TokenBatch` (input order kept)."""
         if not sentences:
             return TokenBatch.empty()
-        texts = self.normalize(sentences)
-        if self._words is not None:
-            with self.word_cache_lock:
-                batch = self._words.encode(texts)
+        return self.encode_normalized(self.normalize(sentences))
+
+    def encode_normalized(self, texts: Sequence[str], *, use_cache: bool = True) -> TokenBatch:
+        """:meth:`encode` of texts already through :meth:`normalize`. With a word cache, the
+        texts go through it or to sentencepiece alone as :attr:`cache_policy` decides (the
+        same ids either way); ``use_cache=False`` sends them to sentencepiece alone."""
+        if not texts:
+            return TokenBatch.empty()
+        if self._words is None or not use_cache:
+            batch = flatten_id_lists(
+                self.processor.Encode(list(texts), out_type=int, num_threads=self.num_threads)
+            )
         else:
-            id_lists = self.processor.Encode(texts, out_type=int, num_threads=self.num_threads)
-            batch = flatten_id_lists(id_lists)
+            batch = self._encode_through_cache(texts)
         return clean_ids(batch, self.unk_id, self.max_length)
+
+    def _encode_through_cache(self, texts: Sequence[str]) -> TokenBatch:
+        policy = self.cache_policy
+        probing = not policy.use_cache
+        rows = policy.cache_rows(len(texts))
+        if rows is not None:  # a probe: the cache only counts; sentencepiece encodes the block
+            with self.word_cache_lock:
+                servable = self._words.probe([texts[i] for i in rows])
+            policy.record(servable, len(rows), probe=True)
+            return flatten_id_lists(
+                self.processor.Encode(list(texts), out_type=int, num_threads=self.num_threads)
+            )
+        with self.word_cache_lock:
+            batch, served = self._words.encode_counted(texts)
+        policy.record(served, len(texts), probe=probing)
+        return batch

@@ -275,15 +275,43 @@ class WordPieceCache:
             redo |= hazard.to_numpy(zero_copy_only=False)
         return WordRows(rows, offsets, redo)
 
-    def encode(self, texts: Sequence[str]) -> TokenBatch:
+    def probe(self, texts: Sequence[str]) -> int:
+        """How many of ``texts`` the cache could serve once it has learned what it has seen:
+        every word cached or seen before (near ties and whitespace hazards aside). Nothing is
+        encoded or cached, so a probe costs a lookup; the texts' new words are remembered as
+        seen, so that a workload that comes back finds them."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         if not texts:
-            return TokenBatch.empty()
+            return 0
+        word_lists = pc.utf8_split_whitespace(pa.array(texts, type=pa.large_string()))
+        offsets = word_lists.offsets.to_numpy().astype(np.int64)
+        words = word_lists.flatten().dictionary_encode()
+        distinct = words.dictionary.to_pylist()
+        index, seen = self._index, self._seen
+        known = np.fromiter(
+            (word in index or word in seen for word in distinct), dtype=bool, count=len(distinct)
+        )
+        if len(seen) < self.max_words:
+            seen.update(word for word, was in zip(distinct, known, strict=True) if not was)
+        new_words = np.concatenate([[0], np.cumsum(~known[words.indices.to_numpy()])])
+        return int(np.count_nonzero(new_words[offsets[1:]] == new_words[offsets[:-1]]))
+
+    def encode(self, texts: Sequence[str]) -> TokenBatch:
+        return self.encode_counted(texts)[0]
+
+    def encode_counted(self, texts: Sequence[str]) -> tuple[TokenBatch, int]:
+        """The ids of ``texts``, and how many of them the cache served (without sentencepiece)."""
+        if not texts:
+            return TokenBatch.empty(), 0
         word_rows, word_offsets, redo = self.lookup(texts)
         pieces = self.tables()[0].take(word_rows)  # each word's ids, one word after the other
         batch = TokenBatch(pieces.ids, pieces.offsets[word_offsets])
-        if redo.any():
-            batch = self._splice(batch, texts, np.flatnonzero(redo))
-        return batch
+        redone = np.flatnonzero(redo)
+        if len(redone):
+            batch = self._splice(batch, texts, redone)
+        return batch, len(texts) - len(redone)
 
     def _splice(self, batch: TokenBatch, texts: Sequence[str], rows: np.ndarray) -> TokenBatch:
         """``batch`` with ``rows`` replaced by sentencepiece's own encoding of those texts."""

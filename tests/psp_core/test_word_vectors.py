@@ -43,6 +43,9 @@ def _models(proto: bytes, *, dim: int = 24, dtype: str = "float32", budget: int 
         Tokenizer(proto, word_cache_size=10_000), table, config, dtype=dtype,
         word_vector_bytes=budget,
     )  # fmt: skip
+    # the word path on every block, whether or not it pays (test_cache_policy.py tests that)
+    words.tokenizer.cache_policy.use_cache = True
+    words.tokenizer.cache_policy.hold = 10**9
     return words, PSPModel(pieces, table, config, dtype=dtype)
 
 

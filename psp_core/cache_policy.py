@@ -1,0 +1,69 @@
+"""Whether the word cache pays for itself, decided block by block from what it served.
+
+The word cache (:mod:`psp_core.word_pieces`) and the word sums (:mod:`psp_core.word_vectors`)
+make sentences whose every word is cached several times cheaper than sentencepiece; but looking
+a block's words up costs about two thirds of encoding it, and filling the cache costs about
+10 us per new word (its 2-best check). Embedding sentences again and again (a benchmark, a
+server's queries, a second pass) fills the cache once and then serves nearly every sentence;
+one pass over a corpus of distinct sentences fills it with words that mostly never come back,
+and leaves most sentences to sentencepiece anyway (a word seen once is not cached), so there
+the cache only adds its costs (measured in benchmarks/README.md, "A corpus in one pass").
+
+:class:`CachePolicy` watches the share of sentences the cache served. While it is at least
+:data:`STAY` the cache takes whole blocks; below that, blocks go to sentencepiece alone, and a probe of
+:data:`PROBE_SENTENCES` sentences per block, spread over it, only counts the sentences the
+cache could serve (every word cached or seen before:
+:meth:`~psp_core.word_pieces.WordPieceCache.probe`, a lookup, no encoding) and remembers their
+new words; at :data:`RETURN` or more the cache takes whole blocks again, and keeps the next
+:data:`HOLD_BLOCKS` blocks whatever their share (a probe saw only its own sentences: the
+cache needs a pass over the rest to learn their words). A new model starts probing, so a
+corpus's first block costs a probe rather than a full fill. The vectors and ids are the same
+either way; only the speed differs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: the share of sentences served below which blocks leave the cache
+STAY = 0.5
+#: the share of a probe's sentences served from which blocks take the cache again
+RETURN = 0.8
+#: sentences of a block that still go through the cache while it is left
+PROBE_SENTENCES = 256
+#: blocks the cache keeps once it is taken back, whatever their share: time to learn the words
+#: of a workload that comes back (a probe only sees a few sentences of each block)
+HOLD_BLOCKS = 4
+
+
+class CachePolicy:
+    """The cache's recent share of sentences served, and the choice it implies."""
+
+    def __init__(self) -> None:
+        # a fresh model probes first: a corpus's first block pays a probe, not a full fill
+        self.use_cache = False
+        self.hold = 0  # blocks left that keep the cache whatever their share
+        self.served = 0  # sentences the cache served, and sentences it was given: statistics
+        self.given = 0
+
+    def cache_rows(self, count: int) -> np.ndarray | None:
+        """The rows of a block of ``count`` sentences that go through the cache: None for all
+        of them, else a probe spread evenly over the block."""
+        if self.use_cache or count <= PROBE_SENTENCES:
+            return None
+        return np.linspace(0, count - 1, PROBE_SENTENCES).astype(np.int64)
+
+    def record(self, served: int, given: int, *, probe: bool) -> None:
+        """``served`` of the ``given`` sentences sent to the cache needed no sentencepiece."""
+        self.served += served
+        self.given += given
+        if given == 0:
+            return
+        share = served / given
+        if probe:
+            self.use_cache = share >= RETURN
+            self.hold = HOLD_BLOCKS if self.use_cache else 0
+        elif self.hold > 0:
+            self.hold -= 1
+        elif share < STAY:
+            self.use_cache = False
