@@ -89,6 +89,17 @@ def timed(function, repeats: int, items: int) -> tuple[dict, object]:
     return _common.summarize_times(times, items, cpu), result
 
 
+def warm_up(model, sentences: list[str], batch_size: int, most: int = 5) -> int:
+    """Embed ``sentences`` again until the word cache takes every block and has learned their
+    words (psp_core/cache_policy.py: a new model probes, then fills; 2 more passes here): the
+    repeated workload this script times. Returns the passes made."""
+    policy, passes = model.tokenizer.cache_policy, 0
+    while passes < most and not (policy.use_cache and policy.hold == 0):
+        model.embed(sentences, batch_size=batch_size)
+        passes += 1
+    return passes
+
+
 def interleaved(functions: dict, rounds: int, items: int) -> tuple[dict, dict]:
     """Time each of ``functions`` once per round, in turns (every other round in reverse
     order), so that a slow phase of this shared machine falls on all of them alike; returns
@@ -215,12 +226,7 @@ def measure(
     started = time.perf_counter()
     model.embed(sentences, batch_size=bs)  # warm-up: the first call probes the word cache
     first_call_s = time.perf_counter() - started
-    # the repeated workload: warm up until the cache takes every block and has learned the
-    # words (psp_core/cache_policy.py: the first passes probe, then fill; 3 passes here)
-    policy, warmup_passes = tokenizer.cache_policy, 1
-    while warmup_passes < 6 and not (policy.use_cache and policy.hold == 0):
-        model.embed(sentences, batch_size=bs)
-        warmup_passes += 1
+    warmup_passes = 1 + warm_up(model, sentences, bs)
     # the same call without the words' sums (the cached ids, averaged piece by piece), and
     # with every sentence through sentencepiece (no word cache): the baselines of
     # psp_core/word_vectors.py and psp_core/word_pieces.py; on 1 thread the reference-style path
@@ -419,6 +425,7 @@ def measure_zh(args: argparse.Namespace, table: np.ndarray) -> dict | None:
     config = BundleConfig(dim=args.dim, vocab_size=vocab, spm_sha256=tokenizer.sha256)
     model = PSPModel(tokenizer, np.ascontiguousarray(table[:vocab]), config)
     model.embed(chinese, batch_size=args.batch_size)
+    warm_up(model, chinese, args.batch_size)
     with_tok, _ = timed(lambda: model.embed(chinese, batch_size=args.batch_size), args.repeats,
                         len(chinese))  # fmt: skip
     segment_only, _ = timed(lambda: tokenizer.normalize(chinese), args.repeats, len(chinese))
