@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -16,9 +17,12 @@ from itertools import islice
 from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
 
+from tqdm import tqdm
+
 from psp_core.bundle import BundleError, check_bundle_output
 from psp_core.download import DownloadError
 from psp_core.model import EMBED_BATCH_SIZE, load_model
+from psp_core.output_dirs import work_directory_beside
 from psp_core.output_files import (
     NpyWriter,
     OutputError,
@@ -35,6 +39,9 @@ from psp_core.training_file import TrainingFileError
 log = logging.getLogger("psp")
 
 CHUNK_LINES = 100_000
+#: lines ``psp embed`` embeds per call (a progress bar step): small enough to show progress,
+#: large enough that a call's fixed costs do not count
+EMBED_CHUNK = 16_384
 
 
 class CliError(Exception):
@@ -49,14 +56,16 @@ def _require_file(path: Path, what: str) -> Path:
     return path
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` without the newline; invalid UTF-8 is a CliError."""
+def read_lines(path: Path, name: str | None = None) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` without the newline; invalid UTF-8 is a CliError naming
+    ``name`` (default: the path) and the line."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise CliError(f"{path}:{number}: not valid UTF-8 ({error.reason})") from error
+                where = name or path
+                raise CliError(f"{where}:{number}: not valid UTF-8 ({error.reason})") from error
             yield number, text.rstrip("\r\n")
 
 
@@ -79,19 +88,41 @@ def _chunks(iterator, size):
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
-    source = _require_file(Path(args.sentence_file), "sentence file")
+    from_stdin = args.sentence_file == "-"
+    source = None if from_stdin else _require_file(Path(args.sentence_file), "sentence file")
     output = check_output_file(args.output_file, inputs=(source, args.model))
     model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
     dim = _checked_dim(args.dim, model)
-    count = sum(1 for _ in read_lines(source))
-    with replaced_when_done(output) as handle:
+    if not from_stdin:
+        _embed_file(model, source, str(source), output, dim, args)
+        return
+    # standard input is read once into a work folder beside the output (the array's header
+    # needs the count first), never into memory; removed when done, or by the next run
+    with work_directory_beside(output) as work:
+        spooled = work / "standard-input.txt"
+        with open(spooled, "wb") as handle:
+            shutil.copyfileobj(sys.stdin.buffer, handle, 1 << 20)
+        _embed_file(model, spooled, "standard input", output, dim, args)
+
+
+def _embed_file(model, source: Path, name: str, output: Path, dim: int, args) -> None:
+    count = sum(1 for _ in read_lines(source, name))
+    progress = tqdm(
+        total=count,
+        unit="sent",
+        disable=None if count >= CHUNK_LINES else True,  # (None: only on a terminal)
+        desc="embedding",
+        file=sys.stderr,
+    )
+    with replaced_when_done(output) as handle, progress:
         array = NpyWriter(handle, (count, dim))  # a full disk fails here, before embedding
-        for chunk in _chunks((text for _, text in read_lines(source)), CHUNK_LINES):
+        for chunk in _chunks((text for _, text in read_lines(source, name)), EMBED_CHUNK):
             array.write(
                 model.embed(
                     chunk, batch_size=args.batch_size, normalize=args.normalize, dim=args.dim
                 )
             )
+            progress.update(len(chunk))
         array.close()
     log.info("wrote %d x %d embeddings to %s", count, dim, output)
 
@@ -368,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     embed = commands.add_parser("embed", help="embed one sentence per line into a .npy file")
-    embed.add_argument("--sentence-file", required=True)
+    embed.add_argument(
+        "--sentence-file", required=True, help="one sentence per line; - reads standard input"
+    )
     embed.add_argument("--model", required=True, help="model bundle directory")
     embed.add_argument("--output-file", required=True, help="a .npy file, float32 [n, dim]")
     embed.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)

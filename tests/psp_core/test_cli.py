@@ -322,3 +322,23 @@ def test_console_script_embeds_and_reports_errors(tmp_path, bundle, sentence_fil
     )
     assert failed.returncode == 2
     assert f"psp: error: model bundle {missing} is not a directory" in failed.stderr
+
+
+@pytest.mark.slow
+def test_embed_reads_standard_input(tmp_path, bundle, sentence_file, sentences):
+    """``--sentence-file -``: the same vectors as from the file; the spooled copy beside the
+    output is removed; invalid UTF-8 names standard input and its line."""
+    output = tmp_path / "out" / "vectors.npy"
+    argv = [str(PSP_SCRIPT), "embed", "--sentence-file", "-", "--model", str(bundle)]
+    argv += ["--output-file", str(output)]
+    with open(sentence_file, "rb") as stdin:
+        completed = subprocess.run(argv, stdin=stdin, capture_output=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    expected = load_model(bundle).embed(sentences)
+    np.testing.assert_allclose(np.load(output), expected, rtol=1e-6, atol=1e-7)
+    assert [p.name for p in output.parent.iterdir()] == ["vectors.npy"]
+
+    bad = subprocess.run(argv, input=b"fine\n\xff broken\n", capture_output=True, timeout=120)
+    assert bad.returncode == 2
+    assert b"psp: error: standard input:2: not valid UTF-8" in bad.stderr
+    assert [p.name for p in output.parent.iterdir()] == ["vectors.npy"]  # the old one, whole
