@@ -46,24 +46,36 @@ class CachePolicy:
         self.served = 0  # sentences the cache served, and sentences it was given: statistics
         self.given = 0
 
-    def cache_rows(self, count: int) -> np.ndarray | None:
-        """The rows of a block of ``count`` sentences that go through the cache: None for all
-        of them, else a probe spread evenly over the block."""
+    def probe_rows(self, count: int) -> np.ndarray | None:
+        """The rows of a block of ``count`` sentences to probe, spread evenly over it; None
+        when the whole block goes through the cache (it pays, or the block is no bigger than a
+        probe: then the block is the probe)."""
         if self.use_cache or count <= PROBE_SENTENCES:
             return None
         return np.linspace(0, count - 1, PROBE_SENTENCES).astype(np.int64)
 
-    def record(self, served: int, given: int, *, probe: bool) -> None:
-        """``served`` of the ``given`` sentences sent to the cache needed no sentencepiece."""
+    def probed(self, servable: int, given: int) -> None:
+        """A probe found ``servable`` of ``given`` sentences made of words cached or seen."""
+        self._count(servable, given)
+        if given:
+            self.use_cache = servable / given >= RETURN
+            self.hold = HOLD_BLOCKS if self.use_cache else 0
+
+    def block_served(self, served: int, given: int) -> None:
+        """A whole block of ``given`` sentences went through the cache, which served
+        ``served`` of them without sentencepiece (a block taken while the cache is left is no
+        bigger than a probe, and counts as one)."""
+        if not self.use_cache:
+            self.probed(served, given)
+            return
+        self._count(served, given)
+        if not given:
+            return
+        if self.hold > 0:
+            self.hold -= 1
+        elif served / given < STAY:
+            self.use_cache = False
+
+    def _count(self, served: int, given: int) -> None:
         self.served += served
         self.given += given
-        if given == 0:
-            return
-        share = served / given
-        if probe:
-            self.use_cache = share >= RETURN
-            self.hold = HOLD_BLOCKS if self.use_cache else 0
-        elif self.hold > 0:
-            self.hold -= 1
-        elif share < STAY:
-            self.use_cache = False

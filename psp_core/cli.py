@@ -34,6 +34,7 @@ from psp_core.output_files import (
 from psp_core.tokenizer import PRETOKENIZERS
 from psp_core.training import CheckpointWriteError, NonFiniteLossError, TrainConfig, train
 from psp_core.training.checkpoint import check_checkpoint_directory
+from psp_core.training.trainer import default_checkpoint_dir
 from psp_core.training_file import TrainingFileError
 
 log = logging.getLogger("psp")
@@ -183,7 +184,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     output = check_bundle_output(
         args.output, overwrite=args.overwrite, inputs=inputs, what="output bundle directory"
     )
-    checkpoint_dir = Path(args.checkpoint_dir or f"{output}.checkpoint")
+    checkpoint_dir = Path(args.checkpoint_dir or default_checkpoint_dir(output))
     check_checkpoint_directory(checkpoint_dir, overwrite=args.overwrite, inputs=(*inputs, output))
     config = TrainConfig(**{name: getattr(args, name) for name in _train_config_fields()})
     evaluator = None

@@ -1,4 +1,5 @@
-"""Sentences as flat ids plus offsets (CSR rows), and the few row operations training needs."""
+"""Sentences as flat ids plus offsets (CSR rows), and the few row operations training and the
+word cache need."""
 
 from __future__ import annotations
 
@@ -6,6 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+
+def row_sums(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per CSR row (``values[offsets[i]:offsets[i + 1]]``), the sum of ``values``: one cumulative
+    sum read at the offsets, so an empty row sums to 0 (integers and booleans sum as int64,
+    floats as float64)."""
+    before = np.zeros(len(values) + 1, dtype=np.result_type(values.dtype, np.int64))
+    np.cumsum(values, out=before[1:])
+    return np.diff(before[offsets])
 
 
 @dataclass(frozen=True)

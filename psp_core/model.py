@@ -169,21 +169,13 @@ class PSPModel:
         the others over their pieces from sentencepiece alone (never through the cache twice).
         Which sentences try the cache: all of them, or a probe while it does not pay for itself
         (:class:`~psp_core.cache_policy.CachePolicy`)."""
-        policy = self.tokenizer.cache_policy
-        probing = not policy.use_cache
-        rows = policy.cache_rows(len(sentences))
         texts = self.tokenizer.normalize(sentences)
-        if rows is not None:
-            # a probe: the cache counts the sentences it could serve (and remembers their new
-            # words); the whole block goes through sentencepiece alone
-            with self.tokenizer.word_cache_lock:
-                servable = self.tokenizer.word_cache.probe([texts[i] for i in rows])
-            policy.record(servable, len(rows), probe=True)
+        if not self.tokenizer.cache_takes(texts):
             self._average(self.tokenizer.encode_normalized(texts, use_cache=False), out, batch_size)
             return
         with self.tokenizer.word_cache_lock:
             left = self._word_vectors.embed(texts, out, batch_size)
-        policy.record(len(texts) - len(left), len(texts), probe=probing)
+        self.tokenizer.cache_policy.block_served(len(texts) - len(left), len(texts))
         if len(left):
             tokens = self.tokenizer.encode_normalized([texts[i] for i in left], use_cache=False)
             rest = np.empty((len(left), self.dim), dtype=np.float32)
@@ -258,7 +250,7 @@ def load_model(
             pieces, which ``embed`` averages over instead of their pieces
             (:mod:`psp_core.word_vectors`; default 128 MiB; 0 turns the path off).
     """
-    resolve_device(device)  # a device this machine lacks fails before the bundle is read
+    device = resolve_device(device)  # a device this machine lacks fails before the bundle is read
     config, spm_proto, embeddings = load_bundle(path)
     tokenizer = Tokenizer(
         spm_proto,
@@ -268,7 +260,6 @@ def load_model(
         num_threads=num_threads,
         word_cache_size=word_cache_size,
     )
-    device = resolve_device(device)
     return PSPModel(
         tokenizer,
         embeddings,

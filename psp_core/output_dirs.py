@@ -115,11 +115,9 @@ def temporary_beside(final: Path) -> Path:
     return final.with_name(f"{final.name}.tmp-{os.getpid()}")
 
 
-@contextmanager
-def directory_written_then_replaced(final: str | Path) -> Iterator[Path]:
-    """Yield an empty temporary directory beside ``final``; when the block ends normally it
-    takes the name ``final`` (:func:`replace_directory`), otherwise it is removed. Temporaries
-    that killed writers of ``final`` left are removed (or put back) first."""
+def _fresh_temporary(final: str | Path) -> tuple[Path, Path]:
+    """``final`` made absolute, and its empty temporary beside it (``NAME.tmp-PID``), after
+    removing (or putting back) what killed writers of ``final`` left."""
     final = Path(os.path.abspath(final))
     if not final.name:
         raise ValueError(f"{final} names no folder to write")
@@ -128,6 +126,15 @@ def directory_written_then_replaced(final: str | Path) -> Iterator[Path]:
     tmp = temporary_beside(final)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    return final, tmp
+
+
+@contextmanager
+def directory_written_then_replaced(final: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary directory beside ``final``; when the block ends normally it
+    takes the name ``final`` (:func:`replace_directory`), otherwise it is removed. Temporaries
+    that killed writers of ``final`` left are removed (or put back) first."""
+    final, tmp = _fresh_temporary(final)
     try:
         yield tmp
         umask_modes(tmp)
@@ -141,11 +148,7 @@ def directory_written_then_replaced(final: str | Path) -> Iterator[Path]:
 def work_directory_beside(output: str | Path) -> Iterator[Path]:
     """A scratch directory beside ``output`` (``NAME.tmp-PID``), removed when the block ends;
     what killed runs left beside ``output`` is removed first."""
-    output = Path(os.path.abspath(output))
-    remove_stale_temps_beside(output)
-    work = temporary_beside(output)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    _, work = _fresh_temporary(output)
     try:
         yield work
     finally:

@@ -37,11 +37,18 @@ _TEMP_SUFFIX = re.compile(r".\.(?:tmp|old)-([0-9]+)\Z")
 _MAX_PID = 2**22  # Linux's PID_MAX_LIMIT
 
 
-def writer_pid(name: str) -> int | None:
-    """The pid a temporary name ends in (``.pairs.parquet.tmp-4242`` -> 4242), else None."""
+def _temporary_of(name: str) -> tuple[str, int] | None:
+    """``(name it stands for, writer's pid)`` of a temporary's name (``.pairs.parquet.tmp-4242``
+    -> ``(".pairs.parquet", 4242)``), else None."""
     match = _TEMP_SUFFIX.search(name)
     pid = int(match.group(1)) if match else 0
-    return pid if 0 < pid <= _MAX_PID else None
+    return (name[: match.start() + 1], pid) if 0 < pid <= _MAX_PID else None
+
+
+def writer_pid(name: str) -> int | None:
+    """The pid a temporary name ends in (``.pairs.parquet.tmp-4242`` -> 4242), else None."""
+    temporary = _temporary_of(name)
+    return temporary[1] if temporary else None
 
 
 def pid_alive(pid: int) -> bool:
@@ -86,11 +93,10 @@ def remove_stale_temps_beside(output: str | Path) -> list[Path]:
     except (FileNotFoundError, NotADirectoryError):
         return removed
     for entry in entries:
-        pid = writer_pid(entry.name)
-        if pid is None or pid_alive(pid):
+        temporary = _temporary_of(entry.name)
+        if temporary is None or temporary[0] not in (output.name, f".{output.name}"):
             continue
-        stem = entry.name[: _TEMP_SUFFIX.search(entry.name).start() + 1]
-        if stem in (output.name, f".{output.name}") and (path := _remove_or_restore(entry, pid)):
+        if not pid_alive(temporary[1]) and (path := _remove_or_restore(entry, temporary[1])):
             removed.append(path)
     return removed
 

@@ -250,26 +250,25 @@ class Tokenizer:
         same ids either way); ``use_cache=False`` sends them to sentencepiece alone."""
         if not texts:
             return TokenBatch.empty()
-        if self._words is None or not use_cache:
+        if self._words is None or not use_cache or not self.cache_takes(texts):
             batch = flatten_id_lists(
                 self.processor.Encode(list(texts), out_type=int, num_threads=self.num_threads)
             )
         else:
-            batch = self._encode_through_cache(texts)
+            with self.word_cache_lock:
+                batch, served = self._words.encode_counted(texts)
+            self.cache_policy.block_served(served, len(texts))
         return clean_ids(batch, self.unk_id, self.max_length)
 
-    def _encode_through_cache(self, texts: Sequence[str]) -> TokenBatch:
-        policy = self.cache_policy
-        probing = not policy.use_cache
-        rows = policy.cache_rows(len(texts))
-        if rows is not None:  # a probe: the cache only counts; sentencepiece encodes the block
-            with self.word_cache_lock:
-                servable = self._words.probe([texts[i] for i in rows])
-            policy.record(servable, len(rows), probe=True)
-            return flatten_id_lists(
-                self.processor.Encode(list(texts), out_type=int, num_threads=self.num_threads)
-            )
+    def cache_takes(self, texts: Sequence[str]) -> bool:
+        """Whether this block of normalized texts goes through the word cache (report what it
+        served to :meth:`CachePolicy.block_served`). Not while the cache does not pay for
+        itself: then a probe of a few of the texts is counted (their new words remembered) and
+        the block goes to sentencepiece alone."""
+        rows = self.cache_policy.probe_rows(len(texts))
+        if rows is None:
+            return True
         with self.word_cache_lock:
-            batch, served = self._words.encode_counted(texts)
-        policy.record(served, len(texts), probe=probing)
-        return batch
+            servable = self._words.probe([texts[i] for i in rows])
+        self.cache_policy.probed(servable, len(rows))
+        return False

@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from psp_core.csr import TokenBatch
+from psp_core.csr import TokenBatch, row_sums
 from psp_core.spm_spec import _UNIGRAM, _USER_DEFINED, SentencePieceSpec
 
 #: a word whose two best segmentations score closer than this may segment differently inside a
@@ -86,6 +86,20 @@ def _whitespace_hazards(processor) -> str:
         if splits != char.isspace():
             hazards.append(char)
     return "".join(hazards)
+
+
+def _split_words(texts: Sequence[str]):
+    """``texts`` split into words by pyarrow (its whitespace is ``str.isspace``) and made
+    distinct: the texts as an arrow array, text ``i``'s words ``positions[offsets[i]:offsets[i +
+    1]]``, each position an index into ``distinct`` (a list of str)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = pa.array(texts, type=pa.large_string())  # (int64 offsets: any size)
+    word_lists = pc.utf8_split_whitespace(array)
+    words = word_lists.flatten().dictionary_encode()
+    offsets = word_lists.offsets.to_numpy().astype(np.int64)
+    return array, offsets, words.indices.to_numpy(), words.dictionary.to_pylist()
 
 
 class _Column:
@@ -208,24 +222,10 @@ class WordPieceCache:
         """Per text (words ``rows[offsets[i]:offsets[i + 1]]``): whether one of its words' gap
         to its second-best segmentation is within the rounding of the text's float32 score:
         ``margin <= ulp(M)``, tested as ``M >= margin x 2**23`` (``ulp(M) <= M x 2**-23``)."""
-        limits = self._limit.view()[rows]
-        starts = offsets[:-1]
-        result = np.zeros(len(starts), dtype=bool)
-        # only texts holding a word whose limit a text of this batch could reach are summed
-        longest = int(np.diff(offsets).max(initial=0))
-        reachable = longest * float(self._weight.view()[rows].max(initial=0.0))
-        tight = np.flatnonzero(limits <= reachable)
-        if len(tight) == 0:
-            return result
-        texts = np.unique(np.searchsorted(offsets, tight, side="right") - 1)
-        weights = np.concatenate([[0.0], np.cumsum(self._weight.view()[rows])])
-        first, end = starts[texts], offsets[texts + 1]
-        magnitude = weights[end] - weights[first]
-        bounds = np.empty(2 * len(texts), dtype=np.int64)
-        bounds[0::2], bounds[1::2] = first, end  # each text's own range (every other is a gap)
-        tightest = np.minimum.reduceat(np.append(limits, np.inf), bounds)[0::2]
-        result[texts] = magnitude >= tightest
-        return result
+        magnitude = row_sums(offsets, self._weight.view()[rows])
+        tightest = np.minimum.reduceat(np.append(self._limit.view()[rows], np.inf), offsets[:-1])
+        tightest[offsets[:-1] == offsets[1:]] = np.inf  # (reduceat gives an empty text a value)
+        return magnitude >= tightest
 
     def _rows_of(self, words: list[str], counts: np.ndarray) -> np.ndarray:
         """The rows of distinct ``words`` (seen ``counts`` times in this batch), or
@@ -255,15 +255,9 @@ class WordPieceCache:
     def lookup(self, texts: Sequence[str]) -> WordRows:
         """Each text's words as rows of the table, and which texts sentencepiece must encode
         itself (a word not cached or near a tie, a whitespace hazard)."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
-        array = pa.array(texts, type=pa.large_string())  # (int64 offsets: any size)
-        word_lists = pc.utf8_split_whitespace(array)
-        offsets = word_lists.offsets.to_numpy().astype(np.int64)
-        words = word_lists.flatten().dictionary_encode()
-        positions = words.indices.to_numpy()
-        distinct = words.dictionary.to_pylist()
+        array, offsets, positions, distinct = _split_words(texts)
         counts = np.bincount(positions, minlength=len(distinct))
         rows = self._rows_of(distinct, counts)[positions]
         redo = self._too_close_for(rows, offsets) if len(texts) else np.zeros(0, dtype=bool)
@@ -280,23 +274,16 @@ class WordPieceCache:
         every word cached or seen before (near ties and whitespace hazards aside). Nothing is
         encoded or cached, so a probe costs a lookup; the texts' new words are remembered as
         seen, so that a workload that comes back finds them."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         if not texts:
             return 0
-        word_lists = pc.utf8_split_whitespace(pa.array(texts, type=pa.large_string()))
-        offsets = word_lists.offsets.to_numpy().astype(np.int64)
-        words = word_lists.flatten().dictionary_encode()
-        distinct = words.dictionary.to_pylist()
+        _, offsets, positions, distinct = _split_words(texts)
         index, seen = self._index, self._seen
         known = np.fromiter(
             (word in index or word in seen for word in distinct), dtype=bool, count=len(distinct)
         )
         if len(seen) < self.max_words:
             seen.update(word for word, was in zip(distinct, known, strict=True) if not was)
-        new_words = np.concatenate([[0], np.cumsum(~known[words.indices.to_numpy()])])
-        return int(np.count_nonzero(new_words[offsets[1:]] == new_words[offsets[:-1]]))
+        return int(np.count_nonzero(row_sums(offsets, ~known[positions]) == 0))
 
     def encode(self, texts: Sequence[str]) -> TokenBatch:
         return self.encode_counted(texts)[0]

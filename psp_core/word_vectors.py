@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from psp_core.csr import TokenBatch
+from psp_core.csr import TokenBatch, row_sums
 from psp_core.word_pieces import WordPieceCache
 
 #: memory for the sums of words of several pieces (rows beyond the vocabulary): 128 MiB
@@ -66,13 +66,6 @@ def weighted_sums(
         mode="sum",
         per_sample_weights=torch.from_numpy(weights).to(table.dtype),
     )
-
-
-def _row_sums(batch: TokenBatch, values: np.ndarray) -> np.ndarray:
-    """Per row of ``batch``, the sum of ``values`` (one per id)."""
-    before = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(values, out=before[1:])
-    return np.diff(before[batch.offsets])
 
 
 class WordVectors:
@@ -115,13 +108,13 @@ class WordVectors:
             return
         new = table.slice(done, len(table))  # the new rows' ids
         known = new.ids != self.unk_id
-        pieces = _row_sums(new, known)
+        pieces = row_sums(new.offsets, known)
         rows = np.full(len(new), _NO_ROW, dtype=np.int64)
         safe = ~unsafe[done:]  # (an unsafe word's texts go to sentencepiece: it needs no row)
         rows[safe & (pieces == 0)] = self.zero_row
         # a word of one known piece uses that piece's row: its id is the sum of the known ids
         single = safe & (pieces == 1)
-        rows[single] = _row_sums(new, np.where(known, new.ids, 0))[single]
+        rows[single] = row_sums(new.offsets, np.where(known, new.ids, 0))[single]
         several = np.flatnonzero(safe & (pieces > 1))[: self.capacity - self.used]
         if len(several):
             rows[several] = self._store_sums(new.take(several))
@@ -144,7 +137,7 @@ class WordVectors:
         word_rows, offsets, redo = self.cache.lookup(texts)
         self._sync()
         rows = self._row[word_rows]
-        text_pieces = _row_sums(TokenBatch(word_rows, offsets), self._pieces[word_rows])
+        text_pieces = row_sums(offsets, self._pieces[word_rows])
         missing = np.flatnonzero(rows == _NO_ROW)
         if len(missing):
             redo[np.searchsorted(offsets, missing, side="right") - 1] = True

@@ -62,6 +62,12 @@ def torch_threads(count: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def default_checkpoint_dir(output_dir: str | Path) -> Path:
+    """Where :func:`train` keeps checkpoints unless told: ``<output_dir>.checkpoint`` beside it."""
+    output_dir = Path(output_dir)
+    return output_dir.with_name(output_dir.name + ".checkpoint")
+
+
 def default_pretokenizer(lang: str) -> str:
     return "jieba" if lang.split("-")[-1].startswith("zh") else "none"
 
@@ -119,7 +125,7 @@ def train(
     """
     config = config or TrainConfig()
     output_dir = Path(output_dir)
-    checkpoint_dir = Path(checkpoint_dir or output_dir.with_name(output_dir.name + ".checkpoint"))
+    checkpoint_dir = Path(checkpoint_dir or default_checkpoint_dir(output_dir))
     inputs = (data_path, spm_path)
     check_bundle_output(output_dir, overwrite=overwrite, inputs=inputs, what="output bundle")
     check_checkpoint_directory(checkpoint_dir, overwrite=overwrite, inputs=(*inputs, output_dir))

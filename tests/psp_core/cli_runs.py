@@ -64,3 +64,13 @@ def run_psp(argv: list[str], *, file_size_limit: int | None = None, **kwargs):
         env=env,
         **streams,
     )
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` (relative name -> bytes; a file: ``{"": bytes}``; nothing
+    there: ``{}``), to compare an output or an input before and after."""
+    if not path.exists():
+        return {}
+    if path.is_file():
+        return {"": path.read_bytes()}
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}

@@ -50,17 +50,17 @@ def test_repeated_sentences_take_the_cache_back(bundle) -> None:
 
 def test_the_policy_probes_first_returns_from_return_holds_and_leaves_below_stay() -> None:
     policy = CachePolicy()
-    probe = policy.cache_rows(10_000)  # a new model probes
+    probe = policy.probe_rows(10_000)  # a new model probes
     assert len(probe) == PROBE_SENTENCES and probe[0] == 0 and probe[-1] == 9_999
-    assert policy.cache_rows(PROBE_SENTENCES) is None  # a small block goes through whole
-    policy.record(int(RETURN * 100) - 1, 100, probe=True)
+    assert policy.probe_rows(PROBE_SENTENCES) is None  # a small block goes through whole
+    policy.probed(int(RETURN * 100) - 1, 100)
     assert not policy.use_cache
-    policy.record(int(RETURN * 100), 100, probe=True)
-    assert policy.use_cache and policy.cache_rows(10_000) is None
+    policy.probed(int(RETURN * 100), 100)
+    assert policy.use_cache and policy.probe_rows(10_000) is None
     for _ in range(HOLD_BLOCKS):  # kept while it learns the rest of the workload's words
-        policy.record(0, 100, probe=False)
+        policy.block_served(0, 100)
         assert policy.use_cache
-    policy.record(int(STAY * 100), 100, probe=False)
+    policy.block_served(int(STAY * 100), 100)
     assert policy.use_cache
-    policy.record(int(STAY * 100) - 1, 100, probe=False)
+    policy.block_served(int(STAY * 100) - 1, 100)
     assert not policy.use_cache

@@ -19,15 +19,15 @@ from psp_core.bundle import load_bundle
 from psp_core.cli import main
 from psp_core.export import export_model, is_export_directory
 from tests.ops.temp_writers import killed_writer, live_writer
-from tests.psp_core.cli_runs import PSP_SCRIPT, command, one_error_line, run_main, run_psp
+from tests.psp_core.cli_runs import (
+    PSP_SCRIPT,
+    command,
+    one_error_line,
+    run_main,
+    run_psp,
+    tree,
+)
 from tests.psp_core.filesystems import listing, tiny_tmpfs
-
-
-def tree(path: Path) -> dict[str, bytes]:
-    """Every file under ``path`` (relative name -> bytes), to compare before and after."""
-    return {
-        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
-    }
 
 
 def export_argv(model: Path, output: Path | str) -> list[str]:

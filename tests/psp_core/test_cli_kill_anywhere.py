@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import torch
 from psp_core.bundle import load_bundle
 from psp_core.cli import main
 from psp_core.stale_temps import remove_stale_temps_beside
-from tests.psp_core.cli_runs import command, run_psp
+from tests.psp_core.cli_runs import command, run_psp, tree
 from tests.psp_core.filesystems import listing
 
 _DRIVER = """
@@ -79,7 +78,7 @@ SWAP_POINTS = ["before-swap", "after-swap", "between-renames"]
 
 
 def kill_at_swap(argv: list[str], point: str) -> None:
-    """Run ``psp argv`` until it reaches ``point``, then SIGKILL it."""
+    """Run ``psp argv`` until it reaches ``point``, then SIGKILL it (``Popen.kill``)."""
     process = subprocess.Popen(
         [sys.executable, "-c", _DRIVER, point, *argv],
         stdout=subprocess.PIPE,
@@ -92,7 +91,6 @@ def kill_at_swap(argv: list[str], point: str) -> None:
                 break
         else:
             raise AssertionError(f"never reached {point}: {process.communicate()}")
-        process.send_signal(signal.SIGKILL)
     finally:
         process.kill()
         process.communicate(timeout=60)
@@ -121,14 +119,6 @@ def timed_run(argv: list[str]) -> float:
     completed = run_psp(argv)
     assert completed.returncode == 0, completed.stderr
     return time.monotonic() - started
-
-
-def tree(path: Path) -> dict[str, bytes]:
-    if not path.exists():
-        return {}
-    if path.is_file():
-        return {"": path.read_bytes()}
-    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
 
 
 def check_kills(
