@@ -20,6 +20,15 @@ from signal import SIGHUP, SIGINT, SIGTERM
 from tqdm import tqdm
 
 from psp_core.bundle import BundleError, check_bundle_output
+from psp_core.corpus_files import (
+    DEFAULT_TEXT_FIELD,
+    INPUT_FORMATS,
+    Corpus,
+    ParquetVectorWriter,
+    guess_input_format,
+    is_parquet_output,
+    read_lines,
+)
 from psp_core.download import DownloadError
 from psp_core.model import EMBED_BATCH_SIZE, load_model
 from psp_core.output_dirs import work_directory_beside
@@ -57,19 +66,6 @@ def _require_file(path: Path, what: str) -> Path:
     return path
 
 
-def read_lines(path: Path, name: str | None = None) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` without the newline; invalid UTF-8 is a CliError naming
-    ``name`` (default: the path) and the line."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                where = name or path
-                raise CliError(f"{where}:{number}: not valid UTF-8 ({error.reason})") from error
-            yield number, text.rstrip("\r\n")
-
-
 def read_pairs(path: Path) -> Iterator[tuple[str, str]]:
     for number, text in read_lines(path):
         fields_ = text.split("\t")
@@ -92,22 +88,43 @@ def cmd_embed(args: argparse.Namespace) -> None:
     from_stdin = args.sentence_file == "-"
     source = None if from_stdin else _require_file(Path(args.sentence_file), "sentence file")
     output = check_output_file(args.output_file, inputs=(source, args.model))
+    input_format = args.input_format or ("text" if from_stdin else guess_input_format(source))
+    _check_corpus_arguments(args, input_format, output)
+
+    def corpus_at(path: Path, name: str) -> Corpus:
+        field = args.field or DEFAULT_TEXT_FIELD
+        return Corpus(path, input_format, name, field=field, id_field=args.id_field)
+
+    corpus = None if from_stdin else corpus_at(source, str(source))  # its errors come first
     model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
     dim = _checked_dim(args.dim, model)
     if not from_stdin:
-        _embed_file(model, source, str(source), output, dim, args)
+        _embed_corpus(model, corpus, output, dim, args)
         return
     # standard input is read once into a work folder beside the output (the array's header
     # needs the count first), never into memory; removed when done, or by the next run
     with work_directory_beside(output) as work:
-        spooled = work / "standard-input.txt"
+        spooled = work / "standard-input"
         with open(spooled, "wb") as handle:
             shutil.copyfileobj(sys.stdin.buffer, handle, 1 << 20)
-        _embed_file(model, spooled, "standard input", output, dim, args)
+        _embed_corpus(model, corpus_at(spooled, "standard input"), output, dim, args)
 
 
-def _embed_file(model, source: Path, name: str, output: Path, dim: int, args) -> None:
-    count = sum(1 for _ in read_lines(source, name))
+def _check_corpus_arguments(args: argparse.Namespace, input_format: str, output: Path) -> None:
+    if input_format == "text" and (args.field or args.id_field):
+        option = "--field" if args.field else "--id-field"
+        raise CliError(
+            f"{option} names a field of JSON Lines or Parquet input; this input is read as "
+            "text, one sentence per line (name its format with --input-format)"
+        )
+    if args.id_field and not is_parquet_output(output):
+        raise CliError(
+            "--id-field copies ids into a Parquet output: give an --output-file ending in .parquet"
+        )
+
+
+def _embed_corpus(model, corpus: Corpus, output: Path, dim: int, args) -> None:
+    count = corpus.count()
     progress = tqdm(
         total=count,
         unit="sent",
@@ -116,15 +133,19 @@ def _embed_file(model, source: Path, name: str, output: Path, dim: int, args) ->
         file=sys.stderr,
     )
     with replaced_when_done(output) as handle, progress:
-        array = NpyWriter(handle, (count, dim))  # a full disk fails here, before embedding
-        for chunk in _chunks((text for _, text in read_lines(source, name)), EMBED_CHUNK):
-            array.write(
-                model.embed(
-                    chunk, batch_size=args.batch_size, normalize=args.normalize, dim=args.dim
+        # space is reserved first: a full disk fails here, before embedding
+        if is_parquet_output(output):
+            writer = ParquetVectorWriter(handle, count, dim, args.id_field)
+        else:
+            writer = NpyWriter(handle, (count, dim))
+        with writer:
+            for batch in corpus.batches(EMBED_CHUNK):
+                vectors = model.embed(
+                    batch.texts, batch_size=args.batch_size, normalize=args.normalize, dim=args.dim
                 )
-            )
-            progress.update(len(chunk))
-        array.close()
+                writer.write(vectors, batch.ids)
+                progress.update(len(batch.texts))
+            writer.close()
     log.info("wrote %d x %d embeddings to %s", count, dim, output)
 
 
@@ -399,12 +420,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    embed = commands.add_parser("embed", help="embed one sentence per line into a .npy file")
+    embed = commands.add_parser(
+        "embed", help="embed a corpus (text, JSON Lines or Parquet) into .npy or Parquet"
+    )
     embed.add_argument(
-        "--sentence-file", required=True, help="one sentence per line; - reads standard input"
+        "--sentence-file",
+        required=True,
+        help="one sentence per line, JSON Lines (.jsonl) or Parquet (.parquet); - reads "
+        "standard input",
+    )
+    embed.add_argument(
+        "--input-format",
+        choices=INPUT_FORMATS,
+        help="default: from the file name (.jsonl/.ndjson, .parquet/.pq, else text)",
+    )
+    embed.add_argument(
+        "--field",
+        help=f"the JSON field or Parquet column with the text (default: {DEFAULT_TEXT_FIELD})",
+    )
+    embed.add_argument(
+        "--id-field",
+        help="a JSON field or Parquet column copied beside each vector in a Parquet output "
+        "(default: its 0-based row)",
     )
     embed.add_argument("--model", required=True, help="model bundle directory")
-    embed.add_argument("--output-file", required=True, help="a .npy file, float32 [n, dim]")
+    embed.add_argument(
+        "--output-file",
+        required=True,
+        help="a .npy file (float32 [n, dim]), or .parquet (an id column and 'embedding')",
+    )
     embed.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)
     embed.add_argument("--normalize", action="store_true", help="unit-length vectors")
     embed.add_argument(

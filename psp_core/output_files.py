@@ -187,9 +187,18 @@ class NpyWriter:
         }
         np.lib.format.write_array_header_1_0(handle, header)
         handle.flush()
-        _reserve(handle, handle.tell() + prod(shape) * self.dtype.itemsize)
+        reserve_space(handle, prod(shape) * self.dtype.itemsize)
 
-    def write(self, rows: np.ndarray) -> None:
+    def __enter__(self) -> NpyWriter:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        pass
+
+    def write(self, rows: np.ndarray, ids=None) -> None:
+        """Append ``rows``; ``ids`` must be ``None`` (an ``.npy`` file has no place for them)."""
+        if ids is not None:
+            raise ValueError("an .npy array has no id column: write ids to a Parquet file")
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
         if rows.ndim != 2 or rows.shape[1] != self.shape[1]:
             raise ValueError(f"rows of shape {rows.shape}, expected [*, {self.shape[1]}]")
@@ -203,12 +212,13 @@ class NpyWriter:
             raise ValueError(f"{self.rows} rows written, {self.shape[0]} announced")
 
 
-def _reserve(handle: IO[bytes], size: int) -> None:
-    """Allocate ``size`` bytes up front where the platform can: a full disk fails here."""
+def reserve_space(handle: IO[bytes], size: int) -> None:
+    """Allocate ``size`` bytes from the handle's position up front where the platform can: a full
+    disk fails here, before the work. The file's size grows to cover them."""
     if not hasattr(os, "posix_fallocate"):
         return
     try:
-        os.posix_fallocate(handle.fileno(), 0, size)
+        os.posix_fallocate(handle.fileno(), handle.tell(), size)
     except OSError as error:
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise  # ENOSPC, EFBIG, EDQUOT: the output will not fit

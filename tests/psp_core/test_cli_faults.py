@@ -134,16 +134,17 @@ def test_evaluate_with_nothing_to_evaluate_is_an_error(tmp_path, bundle, capsys,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["embed", "score", "mine"])
+@pytest.mark.parametrize("name", ["embed", "embed-parquet", "score", "mine"])
 def test_full_disk_is_one_line_and_leaves_no_temporary_file(tmp_path, bundle, inputs, name):
-    """A real 64 KiB filesystem with 24 KiB free: the output (80 x 16 floats for embed, 40 pairs
-    of text for score, the vectors of 1600 lines for mine) does not fit. embed and mine used to
-    die of SIGBUS through their memmaps (rc 135)."""
+    """A real 64 KiB filesystem with 24 KiB free: the output (1600 x 16 floats for embed, as
+    .npy or Parquet, 800 pairs of text for score, the vectors of 1600 lines for mine) does not
+    fit. embed and mine used to die of SIGBUS through their memmaps (rc 135)."""
     inputs["sentences"].write_text(inputs["sentences"].read_text() * 20)  # 1600 lines, 100 KiB
     inputs["pairs"].write_text(inputs["pairs"].read_text() * 20)
     with tiny_tmpfs(tmp_path / "disk", size_kib=64) as disk:
         (disk / "filler").write_bytes(b"\0" * 40_000)
-        output = disk / "out"
+        output = disk / ("out.parquet" if name == "embed-parquet" else "out")
+        name = name.removesuffix("-parquet")
         completed = run_psp(command(name, bundle, inputs, output))
         assert completed.returncode == 2, completed.stderr
         written = output if name != "mine" else disk  # mine fails on its vectors' work file

@@ -203,11 +203,12 @@ def test_export_killed_anywhere(tmp_path, two_bundles, format, points, random_ki
 
 
 @pytest.mark.slow
-def test_embed_killed_anywhere(tmp_path, two_bundles, inputs):
+@pytest.mark.parametrize("suffix", [".npy", ".parquet"])
+def test_embed_killed_anywhere(tmp_path, two_bundles, inputs, suffix):
     old_bundle, new_bundle = two_bundles
     big = tmp_path / "big.txt"
     big.write_text(inputs["sentences"].read_text() * 2000)  # 160,000 lines
-    output = tmp_path / "vectors" / "big.npy"
+    output = tmp_path / "vectors" / f"big{suffix}"
     run_here(command("embed", old_bundle, inputs, output, sentences=big))
     old = tree(output)
     argv = command("embed", new_bundle, inputs, output, sentences=big)

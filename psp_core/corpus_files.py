@@ -1,0 +1,278 @@
+"""Corpora as people keep them, streamed: one sentence per line, JSON Lines with a named field, or a
+Parquet column in; a ``.npy`` array or a Parquet file (an id column beside each vector) out.
+
+Every reader counts its records first (an ``.npy`` header and a progress bar need the count) and
+then yields them in batches, so memory stays bounded by one batch whatever the corpus size. Bad
+records are clear errors that name the file, the line or row, and the field: a vector is never
+silently dropped or shifted, since rows are matched to inputs by position.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from psp_core.output_files import reserve_space
+
+INPUT_FORMATS = ("text", "jsonl", "parquet")
+_SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+#: the field (JSON Lines) or column (Parquet) that holds the text when none is named
+DEFAULT_TEXT_FIELD = "text"
+#: the Parquet output's id column when no id field is named: the vector's 0-based position
+ROW_COLUMN = "row"
+VECTOR_COLUMN = "embedding"
+
+
+class CorpusError(ValueError):
+    """Input that cannot be read as the corpus it claims to be (printed with exit code 2)."""
+
+
+def guess_input_format(path: str | Path) -> str:
+    """``jsonl`` for ``.jsonl``/``.ndjson``, ``parquet`` for ``.parquet``/``.pq``, else ``text``."""
+    return _SUFFIX_FORMATS.get(Path(path).suffix.lower(), "text")
+
+
+def is_parquet_output(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in (".parquet", ".pq")
+
+
+@dataclass
+class Batch:
+    texts: list[str]
+    #: the id field's values (an Arrow array from Parquet); ``None`` where no id field was named
+    ids: list | pa.Array | None
+
+
+@dataclass
+class Corpus:
+    """A corpus file: ``name`` is what errors call it (a path, or ``standard input``)."""
+
+    path: Path
+    format: str
+    name: str
+    field: str = DEFAULT_TEXT_FIELD
+    id_field: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in INPUT_FORMATS:
+            raise CorpusError(f"unknown input format {self.format!r}; one of {INPUT_FORMATS}")
+        if self.format == "text" and self.id_field is not None:
+            raise CorpusError("an id field needs a JSON Lines or Parquet input")
+        if self.format == "parquet":
+            self._check_parquet_columns()
+
+    def count(self) -> int:
+        """The number of records (one pass over a text or JSON Lines file; Parquet's footer)."""
+        if self.format == "parquet":
+            return pq.ParquetFile(self.path).metadata.num_rows
+        if self.format == "text":
+            return sum(1 for _ in read_lines(self.path, self.name))
+        return sum(1 for _ in self._json_lines())
+
+    def batches(self, size: int) -> Iterator[Batch]:
+        """The records in order, ``size`` at a time (the last batch may be shorter)."""
+        if self.format == "parquet":
+            yield from self._parquet_batches(size)
+            return
+        texts: list[str] = []
+        ids: list | None = None if self.id_field is None else []
+        records = (
+            ((text, None) for _, text in read_lines(self.path, self.name))
+            if self.format == "text"
+            else self._json_records()
+        )
+        for text, record_id in records:
+            texts.append(text)
+            if ids is not None:
+                ids.append(record_id)
+            if len(texts) == size:
+                yield Batch(texts, ids)
+                texts, ids = [], None if ids is None else []
+        if texts:
+            yield Batch(texts, ids)
+
+    # JSON Lines ---------------------------------------------------------------------------------
+
+    def _json_lines(self) -> Iterator[tuple[int, str]]:
+        """Non-blank lines: a blank line is not a record (editors leave them at the end)."""
+        for number, text in read_lines(self.path, self.name):
+            if text.strip():
+                yield number, text
+
+    def _json_records(self) -> Iterator[tuple[str, object]]:
+        for number, line in self._json_lines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise CorpusError(f"{self.name}:{number}: not JSON ({error.msg})") from error
+            if not isinstance(record, dict):
+                raise CorpusError(
+                    f"{self.name}:{number}: a JSON {type(record).__name__}, expected an object "
+                    f'with a "{self.field}" field'
+                )
+            yield self._text_of(record, number), self._id_of(record, number)
+
+    def _text_of(self, record: dict, number: int) -> str:
+        if self.field not in record:
+            raise CorpusError(
+                f'{self.name}:{number}: no "{self.field}" field (fields: '
+                f"{', '.join(sorted(record)) or 'none'}); name the text field with --field"
+            )
+        text = record[self.field]
+        if not isinstance(text, str):
+            raise CorpusError(
+                f'{self.name}:{number}: field "{self.field}" is {_json_type(text)}, expected a '
+                "string"
+            )
+        return text
+
+    def _id_of(self, record: dict, number: int):
+        if self.id_field is None:
+            return None
+        if self.id_field not in record:
+            raise CorpusError(f'{self.name}:{number}: no "{self.id_field}" id field')
+        return record[self.id_field]
+
+    # Parquet ------------------------------------------------------------------------------------
+
+    def _check_parquet_columns(self) -> None:
+        try:
+            schema = pq.ParquetFile(self.path).schema_arrow
+        except (pa.ArrowInvalid, OSError) as error:
+            raise CorpusError(f"{self.name}: not a Parquet file ({error})") from error
+        wanted = [self.field] + ([self.id_field] if self.id_field else [])
+        for column in wanted:
+            if column not in schema.names:
+                raise CorpusError(
+                    f'{self.name}: no "{column}" column (columns: {", ".join(schema.names)}); '
+                    "name it with --field or --id-field"
+                )
+        kind = schema.field(self.field).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise CorpusError(
+                f'{self.name}: column "{self.field}" holds {kind}, expected strings; name the '
+                "text column with --field"
+            )
+
+    def _parquet_batches(self, size: int) -> Iterator[Batch]:
+        columns = [self.field] + ([self.id_field] if self.id_field else [])
+        first_row = 0
+        for record_batch in pq.ParquetFile(self.path).iter_batches(size, columns=columns):
+            texts = record_batch.column(0)
+            if texts.null_count:
+                row = first_row + int(np.flatnonzero(texts.is_null().to_numpy(False))[0])
+                raise CorpusError(f'{self.name}: row {row} of column "{self.field}" is null')
+            ids = record_batch.column(1) if self.id_field else None  # keeps its Arrow type
+            yield Batch(texts.to_pylist(), ids)
+            first_row += len(record_batch)
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array"}.get(
+        type(value), "an object"
+    )
+
+
+def read_lines(path: Path, name: str | None = None) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` without the newline; invalid UTF-8 is a CorpusError naming
+    ``name`` (default: the path) and the line."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                where = name or path
+                raise CorpusError(f"{where}:{number}: not valid UTF-8 ({error.reason})") from error
+            yield number, text.rstrip("\r\n")
+
+
+class ParquetVectorWriter:
+    """Write ``count`` vectors as a Parquet file: an id column (the input's id field, or the
+    vector's 0-based ``row``) beside ``embedding``, a fixed-size list of ``dim`` float32.
+
+    Space for the vectors is reserved first (a full disk fails before any embedding) and given
+    back when the file is closed. Ids keep the type of the first batch's ids."""
+
+    def __init__(self, handle: IO[bytes], count: int, dim: int, id_column: str | None) -> None:
+        self.handle, self.count, self.dim = handle, count, dim
+        self.id_column = id_column or ROW_COLUMN
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._id_type: pa.DataType = pa.int64()
+        reserve_space(handle, count * dim * 4)
+        if count == 0:
+            self._open()
+
+    def __enter__(self) -> ParquetVectorWriter:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if error is not None and self._writer is not None and self._writer.is_open:
+            self._writer.close()  # while the file is open: the file is thrown away anyway
+
+    def write(self, vectors: np.ndarray, ids: list | pa.Array | None = None) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise ValueError(f"vectors of shape {vectors.shape}, expected [*, {self.dim}]")
+        id_array = self._ids(ids, len(vectors))
+        if self._writer is None:
+            self._id_type = id_array.type
+            self._open()
+        flat = pa.array(vectors.reshape(-1), type=pa.float32())
+        table = pa.Table.from_arrays(
+            [id_array, pa.FixedSizeListArray.from_arrays(flat, self.dim)],
+            schema=self._schema(),
+        )
+        self._writer.write_table(table)
+        self.rows += len(vectors)
+
+    def close(self) -> None:
+        if self.rows != self.count:
+            raise ValueError(f"{self.rows} rows written, {self.count} announced")
+        self._writer.close()
+        self.handle.truncate(self.handle.tell())  # the reserved space the file did not use
+
+    def _ids(self, ids: list | pa.Array | None, n: int) -> pa.Array:
+        if ids is None:
+            return pa.array(np.arange(self.rows, self.rows + n, dtype=np.int64))
+        if len(ids) != n:
+            raise ValueError(f"{len(ids)} ids for {n} vectors")
+        try:
+            array = ids if isinstance(ids, pa.Array) else pa.array(ids)
+            if self._writer is not None and array.type != self._id_type:
+                array = array.cast(self._id_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+            raise CorpusError(
+                f'id field "{self.id_column}": values of different types near vector '
+                f"{self.rows} ({error})"
+            ) from error
+        if pa.types.is_null(array.type):
+            array = array.cast(pa.string())
+        return array
+
+    def _schema(self) -> pa.Schema:
+        return pa.schema(
+            [
+                pa.field(self.id_column, self._id_type),
+                pa.field(VECTOR_COLUMN, pa.list_(pa.float32(), self.dim), nullable=False),
+            ]
+        )
+
+    def _open(self) -> None:
+        # floats do not compress; ids and the row index do
+        self._writer = pq.ParquetWriter(
+            self.handle,
+            self._schema(),
+            compression={self.id_column: "zstd", f"{VECTOR_COLUMN}.list.element": "none"},
+            use_dictionary=[self.id_column],
+            write_statistics=[self.id_column],
+        )
