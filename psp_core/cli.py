@@ -17,6 +17,7 @@ from itertools import islice
 from pathlib import Path
 from signal import SIGHUP, SIGINT, SIGTERM
 
+import numpy as np
 from tqdm import tqdm
 
 from psp_core.bundle import BundleError, check_bundle_output
@@ -24,16 +25,13 @@ from psp_core.corpus_files import (
     DEFAULT_TEXT_FIELD,
     INPUT_FORMATS,
     Corpus,
-    ParquetVectorWriter,
     guess_input_format,
-    is_parquet_output,
     read_lines,
 )
 from psp_core.download import DownloadError
 from psp_core.model import EMBED_BATCH_SIZE, load_model
 from psp_core.output_dirs import work_directory_beside
 from psp_core.output_files import (
-    NpyWriter,
     OutputError,
     check_output_directory,
     check_output_file,
@@ -45,6 +43,7 @@ from psp_core.training import CheckpointWriteError, NonFiniteLossError, TrainCon
 from psp_core.training.checkpoint import check_checkpoint_directory
 from psp_core.training.trainer import default_checkpoint_dir
 from psp_core.training_file import TrainingFileError
+from psp_core.vector_writers import WriteBehind, is_parquet_output, open_vector_writer
 
 log = logging.getLogger("psp")
 
@@ -132,20 +131,23 @@ def _embed_corpus(model, corpus: Corpus, output: Path, dim: int, args) -> None:
         desc="embedding",
         file=sys.stderr,
     )
+    # two buffers taking turns: one is embedded into while the other is written, and fresh
+    # memory is only touched once
+    buffers = [np.empty((min(count, EMBED_CHUNK), model.dim), dtype=np.float32) for _ in "ab"]
     with replaced_when_done(output) as handle, progress:
-        # space is reserved first: a full disk fails here, before embedding
-        if is_parquet_output(output):
-            writer = ParquetVectorWriter(handle, count, dim, args.id_field)
-        else:
-            writer = NpyWriter(handle, (count, dim))
-        with writer:
-            for batch in corpus.batches(EMBED_CHUNK):
+        writer = open_vector_writer(handle, output, count, dim, args.id_field)
+        with writer, WriteBehind(writer) as behind:
+            for index, batch in enumerate(corpus.batches(EMBED_CHUNK)):
                 vectors = model.embed(
-                    batch.texts, batch_size=args.batch_size, normalize=args.normalize, dim=args.dim
+                    batch.texts,
+                    batch_size=args.batch_size,
+                    normalize=args.normalize,
+                    dim=args.dim,
+                    out=buffers[index % 2][: len(batch.texts)],
                 )
-                writer.write(vectors, batch.ids)
+                behind.write(vectors, batch.ids)
                 progress.update(len(batch.texts))
-            writer.close()
+            behind.close()
     log.info("wrote %d x %d embeddings to %s", count, dim, output)
 
 

@@ -127,6 +127,7 @@ class PSPModel:
         normalize: bool = False,
         show_progress_bar: bool = False,
         dim: int | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Embed sentences; returns float32 ``[n, dim]`` in input order.
 
@@ -137,6 +138,11 @@ class PSPModel:
         dimensions (normalized after truncating): meant for models trained with
         ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of their mean, so
         this is exact).
+
+        ``out``: a C-contiguous float32 array of ``[n, self.dim]`` to write into instead of a new
+        one (a caller embedding a stream chunk by chunk reuses one buffer, and skips the first
+        touch of fresh memory each chunk); the result is then ``out``, or its first ``dim``
+        columns (a view) where ``dim`` is given.
         """
         if dim is not None and not 1 <= dim <= self.dim:
             raise ValueError(f"dim must be in [1, {self.dim}], got {dim}")
@@ -145,7 +151,20 @@ class PSPModel:
         sentences = sentences if isinstance(sentences, list) else list(sentences)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        output = np.empty((len(sentences), self.dim), dtype=np.float32)
+        if out is None:
+            output = np.empty((len(sentences), self.dim), dtype=np.float32)
+        elif (
+            out.shape != (len(sentences), self.dim)
+            or out.dtype != np.float32
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise ValueError(
+                f"out must be a writable C-contiguous float32 array of shape "
+                f"({len(sentences)}, {self.dim}), got {out.dtype} {out.shape}"
+            )
+        else:
+            output = out
         block = max(_TOKENIZE_BLOCK - _TOKENIZE_BLOCK % batch_size, batch_size)
         progress = tqdm(total=len(sentences), disable=not show_progress_bar, unit="sent")
         for block_start in range(0, len(sentences), block):
@@ -158,7 +177,7 @@ class PSPModel:
             progress.update(len(block_sentences))
         progress.close()
         if dim is not None and dim < self.dim:
-            output = np.ascontiguousarray(output[:, :dim])
+            output = output[:, :dim] if out is not None else np.ascontiguousarray(output[:, :dim])
         if normalize:
             norms = np.linalg.norm(output, axis=1, keepdims=True)
             np.divide(output, norms, out=output, where=norms > 0)

@@ -117,6 +117,28 @@ def test_embed_over_several_tokenize_blocks(model, toy):
         )
 
 
+@pytest.mark.parametrize(("dim", "normalize"), [(None, False), (None, True), (5, True)])
+def test_embed_into_a_reused_buffer(model, sentences, dim, normalize):
+    """``out=``: the same vectors as a fresh array, written into the buffer itself (its first
+    ``dim`` columns where ``dim`` is given), whatever the buffer held before."""
+    expected = model.embed(sentences, normalize=normalize, dim=dim)
+    buffer = np.full((len(sentences), model.dim), np.nan, dtype=np.float32)
+    for _ in range(2):
+        result = model.embed(sentences, normalize=normalize, dim=dim, out=buffer)
+        np.testing.assert_array_equal(result, expected)
+        assert np.shares_memory(result, buffer)
+        buffer[:] = 7.0
+
+
+@pytest.mark.parametrize(
+    "buffer",
+    [np.empty((3, 16), np.float32), np.empty((4, 16), np.float64), np.empty((16, 4), np.float32).T],
+)
+def test_a_buffer_of_the_wrong_shape_or_type_is_refused(model, buffer):
+    with pytest.raises(ValueError, match="out must be"):
+        model.embed(["a", "b", "c", "d"], out=buffer)
+
+
 def test_a_single_string_is_a_type_error(model):
     with pytest.raises(TypeError, match="single string"):
         model.embed("a sentence, not a list")
