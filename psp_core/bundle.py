@@ -253,8 +253,11 @@ def read_config(directory: str | Path) -> BundleConfig:
 
 
 def load_bundle(directory: str | Path) -> tuple[BundleConfig, bytes, np.ndarray]:
-    """Read and validate a bundle: returns (config, sentencepiece model bytes, embeddings)."""
-    directory = Path(directory)
+    """Read and validate a bundle: returns (config, sentencepiece model bytes, embeddings).
+
+    A path through symbolic links (a registry's ``promoted`` link) is resolved once, first: a
+    link swapped while the files are read still gives one bundle's files."""
+    directory = Path(directory).resolve()
     config = read_config(directory)
     for name in (SPM_FILE, EMBEDDINGS_FILE, *config.files):
         if not (directory / name).is_file():

@@ -1,4 +1,5 @@
-"""The ``psp`` command line: embed, score, train, info, evaluate, mine, fetch-eval-data."""
+"""The ``psp`` command line: embed, score, train, models, info, export, evaluate, mine,
+fetch-eval-data."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from psp_core.bundle import BundleError, check_bundle_output
+from psp_core.cli_models import add_models_parser
 from psp_core.corpus_files import (
     DEFAULT_TEXT_FIELD,
     INPUT_FORMATS,
@@ -499,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_parser = commands.add_parser("train", help="train a model on a training HDF5")
     _add_train_arguments(train_parser)
     train_parser.set_defaults(handler=cmd_train)
+
+    add_models_parser(commands)
 
     info = commands.add_parser("info", help="describe a model bundle")
     info.add_argument("model")

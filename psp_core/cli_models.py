@@ -1,0 +1,116 @@
+"""``psp models list|promote|rollback``: a language's model versions and the promoted one
+(:mod:`psp_core.registry`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from psp_core.registry import (
+    VERSIONS,
+    ModelRegistry,
+    RegistryError,
+    Version,
+    language_registry,
+)
+
+STORAGE_ENV = "PSP_STORAGE_ROOT"
+
+
+def add_models_parser(commands) -> None:
+    models = commands.add_parser(
+        "models", help="list a language's model versions, promote one, roll back"
+    )
+    actions = models.add_subparsers(dest="action", required=True)
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument(
+        "language",
+        help="a language code (its registry under the storage root) or a registry folder",
+    )
+    where.add_argument(
+        "--storage-root",
+        help=f"the pipeline's storage root (default: ${STORAGE_ENV}, as make run sets it)",
+    )
+    listing = actions.add_parser("list", parents=[where], help="versions, scores, the promoted")
+    listing.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    listing.set_defaults(handler=cmd_models_list)
+    promote = actions.add_parser("promote", parents=[where], help="promote a version")
+    promote.add_argument("version", help="a version id (psp models list)")
+    promote.add_argument("--reason", default="promoted by hand (psp models promote)")
+    promote.set_defaults(handler=cmd_models_promote)
+    rollback = actions.add_parser(
+        "rollback", parents=[where], help="promote again the version promoted before this one"
+    )
+    rollback.add_argument("--reason", default="rolled back by hand (psp models rollback)")
+    rollback.set_defaults(handler=cmd_models_rollback)
+
+
+def open_registry(args: argparse.Namespace) -> ModelRegistry:
+    """The registry a ``language`` argument names: a folder, or a language under the root."""
+    given = Path(args.language)
+    if "/" in args.language or given.is_dir():
+        folder = given
+    else:
+        root = args.storage_root or os.environ.get(STORAGE_ENV)
+        if not root:
+            raise RegistryError(
+                f"{args.language!r}: give --storage-root or set {STORAGE_ENV} (make run's "
+                "storage root), or name a registry folder"
+            )
+        folder = language_registry(root, args.language)
+    if not (folder / VERSIONS).is_dir() and not (folder / "model").is_dir():
+        raise RegistryError(f"{folder}: no model versions there (materialize psp_model first)")
+    return ModelRegistry(folder)
+
+
+def version_row(version: Version, promoted: Version | None, previous: Version | None) -> dict:
+    info = version.info
+    return {
+        "version": version.id,
+        "promoted": promoted is not None and version.id == promoted.id,
+        "rollback_target": previous is not None and version.id == previous.id,
+        "created_at": info.get("created_at"),
+        "dev_scores": version.dev_scores,
+        "test_scores": info.get("test_scores") or {},
+        "gate": info.get("gate"),
+        "bundle": str(version.bundle),
+    }
+
+
+def cmd_models_list(args: argparse.Namespace) -> None:
+    registry = open_registry(args)
+    promoted, previous = registry.promoted(), registry.previous()
+    rows = [version_row(v, promoted, previous) for v in registry.versions()]
+    if args.json:
+        print(json.dumps({"registry": str(registry.root), "versions": rows}, indent=2))
+        return
+    metrics = sorted({name for row in rows for name in row["dev_scores"]})
+    header = ["", "version", "created", *(f"dev {m}" for m in metrics), "gate"]
+    lines = [header]
+    for row in rows:
+        mark = "*" if row["promoted"] else ("<" if row["rollback_target"] else "")
+        scores = [_cell(row["dev_scores"].get(m)) for m in metrics]
+        gate = (row["gate"] or {}).get("decision", "")
+        lines.append([mark, row["version"], row["created_at"] or "", *scores, gate])
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)))
+    print("* promoted   < what psp models rollback brings back" if rows else "no versions")
+
+
+def cmd_models_promote(args: argparse.Namespace) -> None:
+    registry = open_registry(args)
+    version = registry.promote(args.version, reason=args.reason)
+    print(f"promoted {version.id}: {version.bundle}")
+
+
+def cmd_models_rollback(args: argparse.Namespace) -> None:
+    registry = open_registry(args)
+    version = registry.rollback(reason=args.reason)
+    print(f"rolled back to {version.id}: {version.bundle}")
+
+
+def _cell(value) -> str:
+    return "" if value is None else f"{value:.2f}"
