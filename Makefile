@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run ui test lint bench clean cluster-e2e
+.PHONY: install run ui serve test lint bench clean cluster-e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +51,7 @@ else
 	$(RUN_ENV) $(VENV)/bin/dagster job execute -m pipelines.definitions -j psp_language_job \
 		--tags '{"dagster/partition": "$(PARTITION)"}' $(if $(CONFIG),-c $(CONFIG))
 endif
-	@echo "model: $(PSP_STORAGE_ROOT)/$(PARTITION)/psp_model/model"
+	@echo "model: $$(realpath $(PSP_STORAGE_ROOT)/$(PARTITION)/psp_model/model)"
 	@cat $(PSP_STORAGE_ROOT)/$(PARTITION)/model_evaluation/results.md
 
 # The UI (`dagster dev`) with the same instance, registry and storage as `make run`. Dagster
@@ -65,6 +65,12 @@ ui: $(STAMP)
 	@DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) PSP_PROFILE=$(PROFILE) \
 		PYTHONWARNINGS='ignore:Function `dev_command` is superseded' \
 		$(VENV)/bin/dagster dev -h $(UI_HOST) -p $(UI_PORT)
+
+# the OpenAI embeddings API over the promoted models under PSP_STORAGE_ROOT (make run's), on
+# 127.0.0.1:PORT; a newly promoted version is swapped in while it serves
+PORT ?= 8000
+serve: $(STAMP)
+	$(VENV)/bin/psp serve --storage-root $(PSP_STORAGE_ROOT) --port $(PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -16,6 +16,7 @@ from assets.evaluation_tables import evaluation_tables
 from assets.languages import load_registry
 from assets.metadata import common_metadata, settings_table
 from assets.model_cards import card_facts, refresh_model_card
+from assets.model_versions import promoted_model
 from assets.partitions import language_partitions
 from assets.profiles import ProfileResource
 from assets.resources import EvaluationDataResource, StorageResource
@@ -92,7 +93,7 @@ def build_evaluation(
     """The evaluation stage of the model stored under ``code`` (a language, or ``multi``),
     on ``plan`` unless the config names suites, tracks or Tatoeba languages."""
     stage = Stage(storage, code, "model_evaluation")
-    model = stage.upstream("psp_model")
+    model = promoted_model(storage, code)  # the language's model: its promoted version
     dev_sts = dev_sts_of(model)
     eval_dir = eval_data.path()
     suites = sorted(config.suites if config.suites is not None else plan.suites)

@@ -36,7 +36,7 @@ REGISTRY_ENV = "PSP_LANGUAGES"
 SOURCES = ("opus", "paranmt", "local")
 KINDS = ("bitext", "paraphrase")
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(_[a-z0-9]+)?$")
-_SETTINGS_TABLES = ("filters", "sentencepiece", "training")
+_SETTINGS_TABLES = ("filters", "sentencepiece", "training", "promotion")
 _LANGUAGE_KEYS = {
     "source",
     "kind",
@@ -46,6 +46,7 @@ _LANGUAGE_KEYS = {
     "filters",
     "sentencepiece",
     "training",
+    "promotion",
 }
 
 
@@ -117,6 +118,23 @@ class SentencepieceSettings:
 
 
 @dataclass(frozen=True)
+class PromotionSettings:
+    """The promotion gate of a language's model versions (:mod:`assets.promotion`): a new
+    version is promoted when none of its dev scores is more than ``tolerance`` points below
+    the promoted version's; the newest ``keep_versions`` versions are kept, and the promoted
+    one and its rollback target whatever their age."""
+
+    tolerance: float = 0.5
+    keep_versions: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.tolerance >= 0:
+            raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
+        if self.keep_versions < 1:
+            raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
+
+
+@dataclass(frozen=True)
 class LanguageSpec:
     """Everything the pipeline needs to know about one language partition."""
 
@@ -129,6 +147,7 @@ class LanguageSpec:
     filters: FilterSettings = field(default_factory=FilterSettings)
     sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
     training: Mapping[str, Any] = field(default_factory=dict)
+    promotion: PromotionSettings = field(default_factory=PromotionSettings)
 
     def train_config(self, **overrides: Any) -> TrainConfig:
         """The :class:`psp_core.TrainConfig` for this language, with per-run ``overrides``."""
@@ -150,7 +169,14 @@ class LanguageSpec:
 MULTI = "multi"
 #: temperature sampling's exponent: p ∝ n^alpha (benchmarks/multi_sampling.py measures it)
 DEFAULT_SAMPLING_ALPHA = 0.3
-_MULTI_KEYS = {"languages", "sampling_alpha", "pretokenizer", "sentencepiece", "training"}
+_MULTI_KEYS = {
+    "languages",
+    "sampling_alpha",
+    "pretokenizer",
+    "sentencepiece",
+    "training",
+    "promotion",
+}
 
 
 @dataclass(frozen=True)
@@ -165,6 +191,7 @@ class MultiSpec:
     pretokenizer: str = "rjieba_han"
     sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
     training: Mapping[str, Any] = field(default_factory=dict)
+    promotion: PromotionSettings = field(default_factory=PromotionSettings)
 
     def as_language(self) -> LanguageSpec:
         """A :class:`LanguageSpec` for the stages the multilingual model shares with the
@@ -176,6 +203,7 @@ class MultiSpec:
             pretokenizer=self.pretokenizer,
             sentencepiece=self.sentencepiece,
             training=self.training,
+            promotion=self.promotion,
         )
 
 
@@ -313,6 +341,11 @@ def _language(code: str, table: Any, defaults: Mapping, path: Path) -> LanguageS
             f"{path} [languages.{code}.sentencepiece]",
         ),
         training=training,
+        promotion=_settings(
+            PromotionSettings,
+            {**defaults.get("promotion", {}), **own["promotion"]},
+            f"{path} [languages.{code}.promotion]",
+        ),
     )
 
 
@@ -325,7 +358,11 @@ def _defaults(data: Mapping[str, Any], path: Path) -> dict[str, Mapping[str, Any
     tables = {
         name: _table(defaults.get(name, {}), f"{path} [defaults.{name}]") for name in defaults
     }
-    for name, cls in (("filters", FilterSettings), ("sentencepiece", SentencepieceSettings)):
+    for name, cls in (
+        ("filters", FilterSettings),
+        ("sentencepiece", SentencepieceSettings),
+        ("promotion", PromotionSettings),
+    ):
         _settings(cls, tables.get(name, {}), f"{path} [defaults.{name}]")
     train_fields = {f.name for f in fields(TrainConfig)}
     unknown_training = set(tables.get("training", {})) - train_fields
@@ -408,7 +445,14 @@ def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) ->
         {**defaults.get("sentencepiece", {}), **_table(table.get("sentencepiece", {}), where)},
         f"{where}.sentencepiece",
     )
-    return MultiSpec(tuple(languages), float(alpha), pretokenizer, sentencepiece, training)
+    promotion = _settings(
+        PromotionSettings,
+        {**defaults.get("promotion", {}), **_table(table.get("promotion", {}), where)},
+        f"{where}.promotion",
+    )
+    return MultiSpec(
+        tuple(languages), float(alpha), pretokenizer, sentencepiece, training, promotion
+    )
 
 
 def registry_path() -> Path:

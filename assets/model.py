@@ -26,6 +26,7 @@ from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
+from assets.model_versions import gate_metadata, model_registry, promoted_model, run_gate
 from assets.orphan_guard import stop_when_orphaned
 from assets.partitions import language_partitions
 from assets.plots import LossCurve, chart_markdown
@@ -33,15 +34,30 @@ from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.slots import machine_slot
 from assets.stage import Stage, fingerprint
-from psp_core import train
+from psp_core import load_model, train
 from psp_core.bundle import BundleError, load_bundle
 from psp_core.evaluation import StsEvaluator
+from psp_core.evaluation.dev_suite import dev_scores
 from psp_core.export import FORMATS as EXPORT_FORMATS
+from psp_core.registry import VERSIONS
 from psp_core.tokenizer import sha256_file
 from psp_core.training import CheckpointMismatchError, TrainConfig
 
-CODE_VERSION = "2"
+CODE_VERSION = "2"  # (versions changed where, not what, it trains: same fingerprints)
 VOCAB_CHECK = "model_vocab_matches_sentencepiece"
+PROMOTED_CHECK = "model_promoted"
+
+
+def promoted_check_spec(asset_name: str) -> AssetCheckSpec:
+    return AssetCheckSpec(
+        PROMOTED_CHECK,
+        asset=asset_name,
+        description="The version this run trained (or reused) is the promoted model. A warning "
+        "when the promotion gate kept the earlier version (a dev score more than the registry's "
+        "tolerance below it): point alerting at this check to hear of a bad retrain.",
+    )
+
+
 FINITE_CHECK = "model_weights_finite"
 #: TrainConfig fields that do not change the trained weights.
 _NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "log_seconds", "checkpoint_every")
@@ -120,6 +136,7 @@ def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetC
             description="Every weight is finite. Blocking: a NaN or inf row (a diverged run) "
             "makes the embeddings of every sentence with that piece NaN.",
         ),
+        promoted_check_spec("psp_model"),
     ],
 )
 def psp_model(
@@ -173,7 +190,9 @@ def build_model(
         dev=str(config.dev_sts) if dev_path else None,
     )
 
-    def run() -> tuple[dict, dict]:
+    registry = model_registry(storage, spec.code)  # (adopts a bundle of an earlier release)
+
+    def train_version(bundle_path: Path) -> dict:
         checkpoint = stage.path(f"checkpoint-{key}")
         started = time.perf_counter()
         with (
@@ -197,7 +216,7 @@ def build_model(
                 train,
                 data.output("data"),
                 spm.output("model"),
-                stage.path("model"),
+                bundle_path,
                 train_config,
                 dev_evaluator=StsEvaluator(dev_path) if dev_path else None,
                 checkpoint_dir=checkpoint,
@@ -229,7 +248,22 @@ def build_model(
             # mean loss per window of steps (of this run's steps: a resumed run starts later)
             "loss_curve": curve.points,
         }
-        return {"bundle": "model"}, record
+        lineage = {"sentencepiece_model": spm.fingerprint, "training_data": data.fingerprint}
+        scores = dev_scores(load_model(result.bundle), eval_data.path())
+        return {"record": record, "lineage": lineage, "dev_scores": scores}
+
+    def run() -> tuple[dict, dict]:
+        version = None if config.force else registry.find(key)
+        if version is not None:
+            context.log.info(
+                "version %s was trained from these inputs and settings: reusing it", version.id
+            )
+        else:
+            version = registry.add_version(key, train_version)
+        return {"bundle": f"{VERSIONS}/{version.id}/model"}, {
+            **version.info["record"],
+            "version": version.id,
+        }
 
     unknown = sorted(set(config.exports) - set(EXPORT_FORMATS))
     if unknown:
@@ -238,10 +272,27 @@ def build_model(
     if not manifest.reused:
         # the card with the data funnel and the run (the evaluation adds its tables)
         refresh_model_card(manifest, card_facts(stage, spec.code, manifest.record))
-    exports = write_exports(manifest, config.exports)
+    version = (
+        registry.version(manifest.record["version"])
+        if "version" in manifest.record
+        else registry.promoted()  # a manifest of an earlier release: its adopted bundle
+    )
+    decision, line = run_gate(registry, version, eval_data.path(), spec.promotion)
+    if decision is not None and not decision.promote:
+        context.log.warning(line)
+    else:
+        context.log.info(line)
+    removed = registry.prune(spec.promotion.keep_versions)
+    if removed:
+        context.log.info(
+            "removed versions beyond the newest %d: %s", spec.promotion.keep_versions, removed
+        )
+    promoted = promoted_model(storage, spec.code)
+    exports = write_exports(promoted, config.exports)
     record = manifest.record
     history = record["history"]
     metadata = common_metadata(manifest, "bundle")
+    metadata.update(gate_metadata(decision, version, registry))
     for format, directory in exports.items():
         metadata[f"export_{format}"] = MetadataValue.path(str(directory))
     metadata.update(
@@ -268,8 +319,18 @@ def build_model(
     if record.get("best_dev_score") is not None:
         metadata["best_dev_score"] = MetadataValue.float(round(float(record["best_dev_score"]), 2))
         metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]))
+    promoted_check = AssetCheckResult(
+        check_name=PROMOTED_CHECK,
+        passed=promoted.fingerprint == version.id,
+        severity=AssetCheckSeverity.WARN,
+        description=line,
+        metadata={"version": version.id, "promoted_version": promoted.fingerprint},
+    )
     return MaterializeResult(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),
-        check_results=list(check_bundle(manifest.output("bundle"), spm.output("model"))),
+        check_results=[
+            *check_bundle(manifest.output("bundle"), spm.output("model")),
+            promoted_check,
+        ],
     )

@@ -263,6 +263,7 @@ def multi_training_data(
             description="Every weight is finite. Blocking: a NaN row makes every sentence with "
             "that piece NaN.",
         ),
+        model.promoted_check_spec("multi_psp_model"),
     ],
 )
 def multi_psp_model(

@@ -1,4 +1,4 @@
-"""The ``psp`` command line: embed, score, train, models, info, export, evaluate, mine,
+"""The ``psp`` command line: embed, score, train, models, serve, info, export, evaluate, mine,
 fetch-eval-data."""
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from psp_core.output_files import (
     replaced_when_done,
     write_error,
 )
+from psp_core.serving.command import add_serve_parser
 from psp_core.tokenizer import PRETOKENIZERS
 from psp_core.training import CheckpointWriteError, NonFiniteLossError, TrainConfig, train
 from psp_core.training.checkpoint import check_checkpoint_directory
@@ -503,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_parser.set_defaults(handler=cmd_train)
 
     add_models_parser(commands)
+    add_serve_parser(commands)
 
     info = commands.add_parser("info", help="describe a model bundle")
     info.add_argument("model")

@@ -6,7 +6,9 @@ A language's registry is a folder (``{storage root}/{lang}/psp_model/`` in the p
     versions/{version}/version.json   its fingerprint, creation time, training record, lineage and
                                       dev scores, written with it
     promoted -> versions/{version}    a symbolic link, swapped in one rename
-    model -> promoted/model           where earlier releases kept the model: the promoted bundle
+    versions/{version}/exports/       its exports (sentence-transformers, model2vec), if any
+    model -> promoted/model           where earlier releases kept the model and its exports: the
+    exports -> promoted/exports       promoted version's
     promotions.jsonl                  every promotion and rollback, appended
 
 A version is written under a temporary name and renamed into ``versions/`` whole, so a killed
@@ -16,7 +18,7 @@ resolves the path it is given before reading a file) loads the old bundle or the
 a mix. Promotions, rollbacks and pruning take turns on a lock file.
 
 A folder that holds a bundle as ``model/`` from before versions existed is adopted on first use:
-the bundle becomes the first version and is promoted.
+the bundle (and ``exports/``) becomes the first version and is promoted.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ PROMOTED = "promoted"
 LEGACY_MODEL = "model"
 BUNDLE = "model"
 VERSION_FILE = "version.json"
+EXPORTS = "exports"
+#: links beside ``promoted`` to the same names in the promoted version: the paths where earlier
+#: releases kept the model and its exports
+PASS_THROUGH = (LEGACY_MODEL, EXPORTS)
 HISTORY = "promotions.jsonl"
 LOCK = ".registry.lock"
 #: the pipeline's folder of a language's registry under the storage root
@@ -197,6 +203,16 @@ class ModelRegistry:
         with self._locked():
             return self._promote(self.version(version_id), "promote", reason, scores)
 
+    def record_decision(
+        self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None
+    ) -> None:
+        """Record that ``version_id`` was considered and not promoted (the gate's ``reject``)."""
+        with self._locked():
+            self._append_history(
+                {"action": "reject", "version": version_id, "previous": None, "reason": reason},
+                scores,
+            )
+
     def rollback(self, *, reason: str = "rollback") -> Version:
         """Promote again the version promoted before the current one."""
         with self._locked():
@@ -247,26 +263,25 @@ class ModelRegistry:
         link.unlink(missing_ok=True)
         os.symlink(Path(VERSIONS) / version.id, link)
         os.replace(link, self.root / PROMOTED)
-        legacy = self.root / LEGACY_MODEL
-        if not legacy.is_symlink():
-            link = self.root / f".{LEGACY_MODEL}.tmp-{os.getpid()}"
-            link.unlink(missing_ok=True)
-            os.symlink(Path(PROMOTED) / BUNDLE, link)
-            os.replace(link, legacy)
-        entry = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "action": action,
-            "version": version.id,
-            "previous": current.id if current is not None and current.id != version.id else None,
-            "reason": reason,
-        }
+        for name in PASS_THROUGH:
+            if not (self.root / name).is_symlink():
+                link = self.root / f".{name}.tmp-{os.getpid()}"
+                link.unlink(missing_ok=True)
+                os.symlink(Path(PROMOTED) / name, link)
+                os.replace(link, self.root / name)
+        previous = current.id if current is not None and current.id != version.id else None
+        entry = {"action": action, "version": version.id, "previous": previous, "reason": reason}
+        self._append_history(entry, scores)
+        return version
+
+    def _append_history(self, entry: dict[str, Any], scores: dict[str, Any] | None) -> None:
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry}
         if scores:
             entry["scores"] = scores
         with open(self.root / HISTORY, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-        return version
 
     def _adopt_legacy_bundle(self) -> None:
         """``model/`` is a bundle written before versions: make it the first, promoted version."""
@@ -278,6 +293,9 @@ class ModelRegistry:
 
             def move(bundle: Path) -> dict[str, Any]:
                 os.rename(legacy, bundle)
+                exports = self.root / EXPORTS
+                if exports.is_dir() and not exports.is_symlink():
+                    os.rename(exports, bundle.parent / EXPORTS)
                 return {"adopted": "a bundle written before model versions"}
 
             manifest = _read_json(self.root / "manifest.json") or {}

@@ -79,7 +79,7 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     root, resources = world["root"], world["resources"]
     result = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)
     assert result.success
-    assert all(check_outcomes(result).values()) and len(check_outcomes(result)) == 7
+    assert all(check_outcomes(result).values()) and len(check_outcomes(result)) == 8
 
     raw = metadata_of(result, "raw_pairs")
     assert raw["pairs_in"] == world["n_raw"] == raw["pairs_out"]
@@ -182,7 +182,8 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
         want = load_model(root / "de" / "psp_model" / "model").embed(sentences, normalize=True)
         for name in formats:
             folder = root / "de" / "psp_model" / "exports" / name
-            assert metadata_of(exported, "psp_model")[f"export_{name}"] == str(folder)
+            exported_to = Path(metadata_of(exported, "psp_model")[f"export_{name}"])
+            assert exported_to.resolve() == folder.resolve()  # the promoted version's
             exported_card = (folder / "README.md").read_text()
             assert f"library_name: {name}" in exported_card and "| deu |" in exported_card
             got = _load_export(name, folder).encode(sentences)
@@ -198,7 +199,11 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     third = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)
     assert third.success
     assert metadata_of(third, "raw_pairs")["pairs_out"] == world["n_raw"] + 50
-    assert not any(metadata_of(third, name)["reused"] for name in STAGES)
+    assert not any(metadata_of(third, name)["reused"] for name in STAGES[:-1])
+    # the evaluation is of the language's model: anew only if the gate promoted the new version
+    promotion = metadata_of(third, "psp_model")["promotion"]
+    assert promotion in ("promoted", "not promoted")
+    assert metadata_of(third, "model_evaluation")["reused"] == (promotion == "not promoted")
 
 
 def _load_export(name: str, folder: Path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 from pathlib import Path
 
@@ -32,20 +33,38 @@ from tests.pipelines.dagster_cli import (
 
 STAGES = LANGUAGE_STAGES
 #: Files whose content records when or how fast (timings, dates), not what was computed.
-VOLATILE = {"manifest.json", "config.json", "results.json", "results.md", "README.md"}
+VOLATILE = {
+    "manifest.json",
+    "config.json",
+    "results.json",
+    "results.md",
+    "README.md",
+    "version.json",
+    "promotions.jsonl",
+}
 #: Lock files of the training slot: flock targets that exist by design.
 KEPT_BETWEEN_RUNS = {".locks"}
+#: the creation time that starts a model version's name (the rest is its fingerprint)
+VERSION_TIME = re.compile(r"\d{8}T\d{6}Z-")
 
 
-def _tree(storage: Path) -> dict[str, bytes | None]:
-    """Relative path -> bytes (None for volatile files) of everything under ``storage``."""
+def _tree(storage: Path) -> dict[str, bytes | str | None]:
+    """Relative path -> bytes (None for volatile files; ``link -> target`` for a symbolic
+    link, not followed) of everything under ``storage``; model versions are named without
+    their creation time, which differs from run to run."""
     tree = {}
-    for path in sorted(storage.rglob("*")):
-        relative = path.relative_to(storage)
-        if relative.parts[0] in KEPT_BETWEEN_RUNS or path.is_dir():
-            continue
-        tree[str(relative)] = None if path.name in VOLATILE else path.read_bytes()
-    return tree
+    for folder, directories, files in os.walk(storage):
+        for name in [*files, *(d for d in directories if Path(folder, d).is_symlink())]:
+            path = Path(folder, name)
+            relative = path.relative_to(storage)
+            if relative.parts[0] in KEPT_BETWEEN_RUNS:
+                continue
+            key = VERSION_TIME.sub("", str(relative))
+            if path.is_symlink():
+                tree[key] = "link -> " + VERSION_TIME.sub("", os.readlink(path))
+            else:
+                tree[key] = None if path.name in VOLATILE else path.read_bytes()
+    return dict(sorted(tree.items()))
 
 
 def _sts(storage: Path) -> dict:

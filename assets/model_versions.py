@@ -1,0 +1,108 @@
+"""A language's model versions in the pipeline: the registry under its ``psp_model`` folder
+(:mod:`psp_core.registry`), the promotion gate run after each training, and the promoted model
+every later stage reads (evaluation, exports, the scoreboard)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import MetadataValue
+
+from assets.languages import PromotionSettings
+from assets.resources import StorageResource
+from assets.stage import Manifest, StageInputMissing
+from psp_core import load_model
+from psp_core.evaluation.dev_suite import dev_scores
+from psp_core.promotion import GateDecision, decide
+from psp_core.registry import ModelRegistry, Version
+
+MODEL_STAGE = "psp_model"
+
+
+def model_registry(storage: StorageResource, code: str) -> ModelRegistry:
+    return ModelRegistry(storage.stage_dir(code, MODEL_STAGE))
+
+
+def version_manifest(version: Version) -> Manifest:
+    """A version as the stage manifest later stages read (its id is its fingerprint there: two
+    versions of the same inputs, a forced retrain, are two models)."""
+    return Manifest(
+        version.directory, version.id, {"bundle": "model"}, version.info.get("record", {})
+    )
+
+
+def promoted_model(storage: StorageResource, code: str) -> Manifest:
+    """The promoted version of ``code``'s model.
+
+    Raises:
+        StageInputMissing: no version was promoted yet.
+    """
+    registry = model_registry(storage, code)
+    version = registry.promoted()
+    if version is None:
+        raise StageInputMissing(
+            f"{code!r} has no promoted model under {registry.root}; materialize psp_model "
+            f"(partition {code}) first, or promote a version (psp models promote {code} ID)"
+        )
+    return version_manifest(version)
+
+
+def run_gate(
+    registry: ModelRegistry, version: Version, eval_dir: Path, settings: PromotionSettings
+) -> tuple[GateDecision | None, str]:
+    """Decide once whether ``version`` replaces the promoted version; returns the decision (None
+    where it was decided before: a version rolled back by hand is not promoted again by the
+    next run) and a line for the log. Both versions are scored on today's dev files."""
+    promoted = registry.promoted()
+    if promoted is not None and promoted.id == version.id:
+        return None, f"version {version.id} is the promoted one"
+    earlier = [e for e in registry.history() if e.get("version") == version.id]
+    if earlier:
+        last = earlier[-1]
+        return None, (
+            f"version {version.id} was decided before ({last.get('action')}, {last.get('time')}:"
+            f" {last.get('reason')}); the promoted version stays "
+            f"{promoted.id if promoted else 'none'}"
+        )
+    candidate = dev_scores(load_model(version.bundle), eval_dir)
+    incumbent = dev_scores(load_model(promoted.bundle), eval_dir) if promoted else None
+    decision = decide(candidate, incumbent, settings.tolerance)
+    scores = {"candidate": candidate, "incumbent": incumbent}
+    if decision.promote:
+        registry.promote(version.id, reason=decision.reason, scores=scores)
+    else:
+        registry.record_decision(version.id, reason=decision.reason, scores=scores)
+    return decision, f"version {version.id} {decision.decision}: {decision.reason}"
+
+
+def gate_metadata(
+    decision: GateDecision | None, version: Version, registry: ModelRegistry
+) -> dict[str, MetadataValue]:
+    """The decision at a glance: this version, the promoted one, and the dev scores side by
+    side."""
+    promoted = registry.promoted()
+    metadata = {
+        "version": MetadataValue.text(version.id),
+        "promoted_version": MetadataValue.text(promoted.id if promoted else "none"),
+        "promotion": MetadataValue.text(
+            decision.decision
+            if decision
+            else ("promoted" if promoted == version else "decided before")
+        ),
+    }
+    if decision is None:
+        return metadata
+    metadata["promotion_reason"] = MetadataValue.text(decision.reason)
+    names = sorted(set(decision.candidate) | set(decision.incumbent or {}))
+    rows = ["| dev score | this version | promoted before |", "|---|---:|---:|"]
+    for name in names:
+        mine = decision.candidate.get(name)
+        theirs = (decision.incumbent or {}).get(name)
+        rows.append(f"| {name} | {_cell(mine)} | {_cell(theirs)} |")
+    rows.append(f"\nTolerance {decision.tolerance} points (the registry's [promotion] table).")
+    metadata["promotion_scores"] = MetadataValue.md("\n".join(rows))
+    return metadata
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

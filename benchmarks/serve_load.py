@@ -1,0 +1,241 @@
+"""``psp serve`` under load, from 127.0.0.1: requests/s, sentences/s and p50/p99 latency with 1, 8
+and 64 concurrent clients, batches of 1 and of 64 sentences, JSON floats and base64; then the same
+while a promotion swaps the model every second (no failed request allowed).
+
+The server: ``psp serve`` in its own process (1 tokenizer thread), serving a registry of two
+versions of the ``embed_corpus.py`` bundle shape (vocabulary 20k, dim 1024). The clients: one
+process of asyncio connections with keep-alive, each sending its next request when the previous
+answer is read (a closed loop), each request prebuilt; the sentences are the shared STS sentences
+(repeated: a server's queries), batches drawn in turn. Client and server share this machine's
+cores, so the figures are a floor.
+
+Prints one JSON object on stdout; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import _common
+import embed_corpus
+
+log = _common.log
+PSP = Path(sys.executable).with_name("psp")
+GOALS = {"single_requests_per_second": 1500, "batch64_base64_sentences_per_second": 20000}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def registry_of_two(bundle: Path, results: Path) -> tuple[Path, list[str]]:
+    """A registry folder whose two versions are the bundle and its negation."""
+    import numpy as np
+
+    from psp_core.bundle import load_bundle, save_bundle
+    from psp_core.registry import ModelRegistry
+
+    root = results / "serve-storage"
+    registry = ModelRegistry(root / "de" / "psp_model")
+    if len(registry.versions()) < 2:
+        config, proto, table = load_bundle(bundle)
+        for sign, fingerprint in ((1.0, "a" * 24), (-1.0, "b" * 24)):
+            registry.add_version(
+                fingerprint,
+                lambda path, s=sign: (save_bundle(path, s * np.asarray(table), proto, config), {})[
+                    1
+                ],
+            )
+    ids = [v.id for v in registry.versions()[-2:]]
+    registry.promote(ids[0], reason="benchmark start")
+    return root, ids
+
+
+def request_bytes(port: int, texts: list[str], encoding: str) -> bytes:
+    body = json.dumps({"model": "de", "input": texts, "encoding_format": encoding}).encode()
+    head = (
+        f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def client(port: int, requests: list[bytes], until: float, latencies: list, errors: list):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    index = 0
+    try:
+        while time.perf_counter() < until:
+            payload = requests[index % len(requests)]
+            index += 1
+            started = time.perf_counter()
+            writer.write(payload)
+            status_line = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            if b" 200 " not in status_line:
+                errors.append(status_line.decode(errors="replace").strip())
+            latencies.append(time.perf_counter() - started)
+    finally:
+        writer.close()
+
+
+def drive(port: int, requests: list[bytes], clients: int, seconds: float) -> dict:
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def main() -> None:
+        until = time.perf_counter() + seconds
+        await asyncio.gather(
+            *(
+                client(port, requests[i:] + requests[:i], until, latencies, errors)
+                for i in range(clients)
+            )
+        )
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "requests_per_second": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else None,
+        "p99_ms": round(1000 * latencies[int(len(latencies) * 0.99)], 2) if latencies else None,
+        "failed": len(errors),
+        "first_failure": errors[0] if errors else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
+    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
+    parser.add_argument("--clients", default="1,8,64")
+    args = parser.parse_args(argv)
+    _common.setup_logging()
+    if _common.require_data(args.data_dir, "bitext", "en-de") is None:
+        return
+    bundle = embed_corpus.build_bundle(args.data_dir, args.results_dir, 20_000, 1024)
+    storage, versions = registry_of_two(bundle, args.results_dir)
+    sentences, _ = _common.read_sts_sentences(args.data_dir)
+    port = free_port()
+    server = subprocess.Popen(
+        [str(PSP), "serve", "--storage-root", str(storage), "--port", str(port)]
+        + ["--reload-interval", "0.5"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_ready(port, server)
+        results = {}
+        for batch in (1, 64):
+            for encoding in ("float", "base64"):
+                requests = [
+                    request_bytes(port, sentences[i : i + batch], encoding)
+                    for i in range(0, min(len(sentences), 512 * batch), batch)
+                ]
+                for clients in map(int, args.clients.split(",")):
+                    name = f"batch{batch}_{encoding}_clients{clients}"
+                    figures = drive(port, requests, clients, args.seconds)
+                    figures["sentences_per_second"] = round(figures["requests_per_second"] * batch)
+                    results[name] = figures
+                    log.info("%s: %s", name, figures)
+        swapping = _while_swapping(port, storage, versions, sentences, args.seconds)
+        results.update(swapping)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+    single = max(v["requests_per_second"] for k, v in results.items() if k.startswith("batch1_"))
+    batched = max(
+        v["sentences_per_second"] for k, v in results.items() if k.startswith("batch64_base64")
+    )
+    p99_at_8 = max(v["p99_ms"] for k, v in results.items() if k.endswith("clients8"))
+    _common.emit(
+        {
+            "benchmark": "serve_load",
+            "model": str(bundle),
+            "machine": _common.machine_info(),
+            "loadavg_at_end": _common.loadavg(),
+            "results": results,
+            "goals": {
+                "single_requests_per_second": single,
+                "single_at_least_1500": single >= GOALS["single_requests_per_second"],
+                "batch64_base64_sentences_per_second": batched,
+                "batch64_at_least_20000": batched >= GOALS["batch64_base64_sentences_per_second"],
+                "p99_ms_at_8_clients_worst": p99_at_8,
+                "p99_under_50ms_at_8": p99_at_8 < 50,
+                "no_failed_request_while_swapping": all(
+                    v["failed"] == 0 for k, v in results.items() if k.startswith("swapping")
+                ),
+            },
+        }
+    )
+
+
+def _while_swapping(port, storage, versions, sentences, seconds) -> dict:
+    from psp_core.registry import ModelRegistry
+
+    registry = ModelRegistry(storage / "de" / "psp_model")
+    stop = threading.Event()
+    swaps = []
+
+    def swapper() -> None:
+        turn = 1
+        while not stop.wait(1.0):
+            registry.promote(versions[turn], reason="benchmark swap")
+            swaps.append(versions[turn])
+            turn = 1 - turn
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    results = {}
+    try:
+        for batch, clients in ((1, 8), (64, 8)):
+            requests = [
+                request_bytes(port, sentences[i : i + batch], "base64")
+                for i in range(0, min(len(sentences), 512 * batch), batch)
+            ]
+            figures = drive(port, requests, clients, seconds)
+            figures["sentences_per_second"] = round(figures["requests_per_second"] * batch)
+            results[f"swapping_batch{batch}_base64_clients{clients}"] = figures
+            log.info("swapping, batch %d: %s", batch, figures)
+    finally:
+        stop.set()
+        thread.join()
+    results["swapping_promotions"] = {"count": len(swaps), "failed": 0}
+    return results
+
+
+def _wait_ready(port: int, server: subprocess.Popen) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"psp serve exited: {server.stderr.read()}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit("psp serve did not answer in 120 s")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,78 @@
+"""``psp serve``: the arguments and the handler of the command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from psp_core.serving.limits import Limits
+
+STORAGE_ENV = "PSP_STORAGE_ROOT"
+
+
+def add_serve_parser(commands) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="the OpenAI embeddings API (POST /v1/embeddings) over the promoted models",
+        description="Serve each language's promoted model (and multi) found under the storage "
+        "root, or the --model folders given, as the OpenAI embeddings API; a newly promoted "
+        "version is swapped in while serving, without failing a request.",
+    )
+    serve.add_argument(
+        "--storage-root", help=f"the pipeline's storage root (default: ${STORAGE_ENV})"
+    )
+    serve.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="serve PATH (a model registry folder or a bundle) as NAME; repeatable; replaces "
+        "the discovery under the storage root",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--reload-interval", type=float, default=2.0, help="seconds between promotion checks"
+    )
+    serve.add_argument("--threads", type=int, default=1, help="tokenizer threads per model")
+    serve.add_argument("--max-inputs", type=int, default=Limits.max_inputs)
+    serve.add_argument("--max-input-chars", type=int, default=Limits.max_input_chars)
+    serve.set_defaults(handler=cmd_serve)
+
+
+def served_folders(args: argparse.Namespace) -> dict[str, Path]:
+    if args.model:
+        folders = {}
+        for item in args.model:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"--model {item!r}: expected NAME=PATH")
+            if not Path(path).is_dir():
+                raise ValueError(f"--model {item!r}: {path} is not a folder")
+            folders[name] = Path(path)
+        return folders
+    root = args.storage_root or os.environ.get(STORAGE_ENV)
+    if not root:
+        raise ValueError(f"give --storage-root, set {STORAGE_ENV}, or name models with --model")
+    from psp_core.serving.models import discover
+
+    folders = discover(root)
+    if not folders:
+        raise ValueError(
+            f"no promoted model under {root} (materialize psp_model first, e.g. make run)"
+        )
+    return folders
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    from psp_core.serving.app import run  # (Starlette and uvicorn: only for this command)
+    from psp_core.serving.models import ModelSet
+
+    models = ModelSet(served_folders(args), num_threads=args.threads)
+    models.watch(args.reload_interval)
+    limits = Limits(max_inputs=args.max_inputs, max_input_chars=args.max_input_chars)
+    try:
+        run(models, args.host, args.port, limits)
+    finally:
+        models.stop()
