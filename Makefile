@@ -38,7 +38,7 @@ export PSP_PARANMT_URL ?= $(SHARED_DATA)/paraphrase/paranmt-format-sample.txt.gz
 
 RUN_ENV = DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) PSP_PROFILE=$(PROFILE)
 
-# PARTITION=multi: the multilingual model (README "One model for every language"): each of its
+# PARTITION=multi: the multilingual model (docs/multilingual.md): each of its
 # languages' pairs first (reused when up to date), then psp_multi_job
 run: $(STAMP)
 	mkdir -p $(DAGSTER_HOME) && cp configs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
@@ -75,7 +75,7 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The cluster path for real on this machine (README "Cluster"): PostgreSQL, Redis, Celery workers,
+# The cluster path for real on this machine (docs/scaling.md): PostgreSQL, Redis, Celery workers,
 # the daemon and a code server; a two-language backfill with faults; a JSON summary as last line.
 cluster-e2e: $(STAMP)
 	scripts/system_packages.sh postgresql redis-server

@@ -16,7 +16,7 @@ from assets.evaluation_tables import evaluation_tables
 from assets.languages import load_registry
 from assets.metadata import common_metadata, settings_table
 from assets.model_cards import card_facts, refresh_model_card
-from assets.model_versions import promoted_model
+from assets.model_versions import model_registry, promoted_model, test_scores_of
 from assets.partitions import language_partitions
 from assets.profiles import ProfileResource
 from assets.resources import EvaluationDataResource, StorageResource
@@ -141,6 +141,9 @@ def build_evaluation(
         }
 
     manifest = stage.run(key, run, force=config.force)
+    # the version's test scores beside it, for psp models list (the gate never reads them)
+    summary = json.loads(manifest.output("json").read_text())
+    model_registry(storage, code).record_evaluation(model.fingerprint, test_scores_of(summary))
     # the model card (bundle and exports) gets the evaluation's tables
     markdown = manifest.output("markdown").read_text()
     refresh_model_card(model, card_facts(stage, code, model.record, markdown))

@@ -47,6 +47,24 @@ def promoted_model(storage: StorageResource, code: str) -> Manifest:
     return version_manifest(version)
 
 
+def test_scores_of(summary: dict) -> dict[str, float]:
+    """The headline test-set scores of an evaluation summary (``results.json``): the STS mean,
+    each STS 2017 track that is not the dev set, Tatoeba error per language (cosine, mean of
+    both directions). STS-B is left out: its dev split is development data, its train split
+    training data."""
+    scores = {}
+    mean = (summary.get("sts") or {}).get("mean")
+    if mean:
+        scores["sts_mean"] = round(mean["pearson"], 2)
+    for track, values in (summary.get("sts17") or {}).items():
+        if not values.get("dev"):
+            scores[f"sts17_{track}"] = round(values["pearson"], 2)
+    for lang, values in (summary.get("tatoeba") or {}).items():
+        if values.get("cosine_mean") is not None:
+            scores[f"tatoeba_{lang}_error"] = round(values["cosine_mean"], 2)
+    return scores
+
+
 def run_gate(
     registry: ModelRegistry, version: Version, eval_dir: Path, settings: PromotionSettings
 ) -> tuple[GateDecision | None, str]:

@@ -65,16 +65,19 @@ def open_registry(args: argparse.Namespace) -> ModelRegistry:
     return ModelRegistry(folder)
 
 
-def version_row(version: Version, promoted: Version | None, previous: Version | None) -> dict:
+def version_row(
+    version: Version, promoted: Version | None, previous: Version | None, history: list[dict]
+) -> dict:
     info = version.info
+    decisions = [e for e in history if e.get("version") == version.id]
     return {
         "version": version.id,
         "promoted": promoted is not None and version.id == promoted.id,
         "rollback_target": previous is not None and version.id == previous.id,
         "created_at": info.get("created_at"),
         "dev_scores": version.dev_scores,
-        "test_scores": info.get("test_scores") or {},
-        "gate": info.get("gate"),
+        "test_scores": version.test_scores,
+        "decision": decisions[-1]["action"] if decisions else None,
         "bundle": str(version.bundle),
     }
 
@@ -82,22 +85,29 @@ def version_row(version: Version, promoted: Version | None, previous: Version | 
 def cmd_models_list(args: argparse.Namespace) -> None:
     registry = open_registry(args)
     promoted, previous = registry.promoted(), registry.previous()
-    rows = [version_row(v, promoted, previous) for v in registry.versions()]
+    history = registry.history()
+    rows = [version_row(v, promoted, previous, history) for v in registry.versions()]
     if args.json:
         print(json.dumps({"registry": str(registry.root), "versions": rows}, indent=2))
         return
-    metrics = sorted({name for row in rows for name in row["dev_scores"]})
-    header = ["", "version", "created", *(f"dev {m}" for m in metrics), "gate"]
+    dev = sorted({name for row in rows for name in row["dev_scores"]})
+    test = sorted({name for row in rows for name in row["test_scores"]})
+    header = ["", "version", "created", *(f"dev:{m}" for m in dev), *(f"test:{m}" for m in test)]
     lines = [header]
     for row in rows:
         mark = "*" if row["promoted"] else ("<" if row["rollback_target"] else "")
-        scores = [_cell(row["dev_scores"].get(m)) for m in metrics]
-        gate = (row["gate"] or {}).get("decision", "")
-        lines.append([mark, row["version"], row["created_at"] or "", *scores, gate])
+        scores = [_cell(row["dev_scores"].get(m)) for m in dev]
+        scores += [_cell(row["test_scores"].get(m)) for m in test]
+        lines.append([mark, row["version"], row["created_at"] or "", *scores])
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     for line in lines:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)))
-    print("* promoted   < what psp models rollback brings back" if rows else "no versions")
+    print(
+        "* promoted   < what psp models rollback brings back   dev: the gate's scores (development "
+        "data)   test: the last evaluation's"
+        if rows
+        else "no versions"
+    )
 
 
 def cmd_models_promote(args: argparse.Namespace) -> None:

@@ -5,6 +5,7 @@ A language's registry is a folder (``{storage root}/{lang}/psp_model/`` in the p
     versions/{version}/model/         the bundle; a version is never rewritten
     versions/{version}/version.json   its fingerprint, creation time, training record, lineage and
                                       dev scores, written with it
+    versions/{version}/evaluation.json   its test-set scores, written by its evaluation
     promoted -> versions/{version}    a symbolic link, swapped in one rename
     versions/{version}/exports/       its exports (sentence-transformers, model2vec), if any
     model -> promoted/model           where earlier releases kept the model and its exports: the
@@ -46,6 +47,8 @@ EXPORTS = "exports"
 #: releases kept the model and its exports
 PASS_THROUGH = (LEGACY_MODEL, EXPORTS)
 HISTORY = "promotions.jsonl"
+#: a version's scores on the test sets, written by its evaluation (never read by the gate)
+EVALUATION_FILE = "evaluation.json"
 LOCK = ".registry.lock"
 #: the pipeline's folder of a language's registry under the storage root
 STAGE = "psp_model"
@@ -79,6 +82,11 @@ class Version:
     @property
     def dev_scores(self) -> dict[str, float]:
         return self.info.get("dev_scores") or {}
+
+    @property
+    def test_scores(self) -> dict[str, float]:
+        """The scores of its last evaluation on the test sets (``evaluation.json``), if any."""
+        return (_read_json(self.directory / EVALUATION_FILE) or {}).get("test_scores") or {}
 
 
 class ModelRegistry:
@@ -202,6 +210,11 @@ class ModelRegistry:
         """Make ``version_id`` the promoted version (one rename of a new link) and record it."""
         with self._locked():
             return self._promote(self.version(version_id), "promote", reason, scores)
+
+    def record_evaluation(self, version_id: str, test_scores: dict[str, float]) -> None:
+        """Keep ``version_id``'s test-set scores beside it (``psp models list`` shows them)."""
+        version = self.version(version_id)
+        _write_json(version.directory / EVALUATION_FILE, {"test_scores": test_scores})
 
     def record_decision(
         self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None

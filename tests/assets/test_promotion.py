@@ -83,10 +83,13 @@ def test_a_worse_retrain_is_kept_but_not_promoted(opus_server: OpusServer, tmp_p
     assert main(["models", "list", "de", "--json", *storage]) == 0
     out = capsys.readouterr().out
     rows = json.loads(out[out.index("{") :])["versions"]
-    assert [(r["version"], r["promoted"]) for r in rows] == [
-        (good["version"], False),
-        (bad["version"], True),
+    assert [(r["version"], r["promoted"], r["decision"]) for r in rows] == [
+        (good["version"], False, "promote"),
+        (bad["version"], True, "promote"),
     ]
+    # test scores: of the evaluated version only (the gate's are the dev ones, of both)
+    assert "tatoeba_deu_error" in rows[0]["test_scores"] and rows[1]["test_scores"] == {}
+    assert set(rows[0]["dev_scores"]) == set(rows[1]["dev_scores"]) == {"sts17_en_en", "stsb_dev"}
     assert main(["models", "rollback", "de", *storage]) == 0
     np.testing.assert_array_equal(table(language_model), good_table)
     # the next scheduled run does not promote the version rolled back by hand

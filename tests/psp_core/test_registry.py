@@ -192,7 +192,7 @@ def test_psp_models_list_promote_and_rollback(tmp_path, two_models, capsys, monk
 
     assert main(["models", "list", "de"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["version", "created", "dev", "sts17_en_en", "gate"]
+    assert table[0].split() == ["version", "created", "dev:sts17_en_en"]
     assert table[1].split()[:2] == ["*", first.id] and table[2].split()[0] == second.id
 
     assert main(["models", "promote", "de", second.id]) == 0
