@@ -139,6 +139,8 @@ def memory(args, corpus: Path, bundle: Path, work: Path) -> dict:
     for lines in (args.lines // 10, args.lines):
         inputs = write_inputs(corpus, lines, args.results_dir, f"cycled-{lines}")
         for name, (source_suffix, output_suffix, extra) in FORMATS.items():
+            if name not in args.formats.split(","):
+                continue
             output = work / f"vectors{output_suffix}"
             result = run_psp(
                 embed_argv(bundle, inputs[source_suffix], output, [*extra, "--dim", "64"])
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lines", type=int, default=10_000_000)
     parser.add_argument("--parts", default="first_pass,memory")
     parser.add_argument("--keep-inputs", action="store_true", help="keep the --lines inputs")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="of the memory part")
     args = parser.parse_args(argv)
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:

