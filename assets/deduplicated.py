@@ -1,7 +1,8 @@
 """deduplicated_pairs: lowercased, exact-pair deduplicated (first copy kept), capped per corpus
 (a seeded sample of the pairs that passed the filters, as the reference takes its 4M of
-OpenSubtitles and MultiUN), and for languages with a pre-tokenizer (zh) segmented with jieba:
-the text the vocabulary and model see. A segmented language keeps its unsegmented pairs too
+OpenSubtitles and MultiUN), less the pairs held back for the dev suite (output ``dev_pairs``, up
+to 2,000, and every pair sharing a sentence with them: ops.held_back), and for languages with a
+pre-tokenizer (zh) segmented with jieba: the text the vocabulary and model see. A segmented language keeps its unsegmented pairs too
 (output ``unsegmented``): the multilingual model applies its own pre-tokenizer to them."""
 
 from dagster import (
@@ -25,14 +26,24 @@ from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.caps import cap_corpora
 from ops.dedup import deduplicate
+from ops.held_back import hold_back
 from ops.pair_files import has_corpus_column
 from ops.segmentation import segment_pairs
 
-CODE_VERSION = "2"
+CODE_VERSION = "3"  # 3: pairs held back for the dev suite
 #: Seed of the per-corpus cap samples (ops.caps).
 CAP_SEED = 1234
 CHECK = "deduplicated_pairs_not_empty"
+#: the held-back pairs of the dev suite (ops.held_back), beside the training pairs
+DEV_PAIRS = "dev_pairs.parquet"
 FUNNEL_STAGES = ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
+
+
+def _merge(record: dict, later: dict) -> None:
+    """Fold a later step's counts into the stage's record (its pairs out, drops, time)."""
+    record["n_out"] = later["n_out"]
+    record["dropped"] = dict(record["dropped"]) | dict(later["dropped"])
+    record["seconds"] += later["seconds"]
 
 
 @asset(
@@ -78,30 +89,32 @@ def deduplicated_pairs(
 
     def run() -> tuple[dict, dict]:
         final = stage.path("pairs.parquet")
-        outputs = {"pairs": final.name}
+        outputs = {"pairs": final.name, "dev_pairs": DEV_PAIRS}
         source = upstream.output("pairs")
-        with_corpus = has_corpus_column(source)
-        deduplicated = stage.path("deduplicated.parquet") if with_corpus or segment else final
+        deduplicated = stage.path("deduplicated.parquet")
         record = deduplicate(source, deduplicated).as_dict()
-        if with_corpus:  # caps (a link of the file, not a copy, when nothing is capped)
-            capped = stage.path("capped.parquet") if segment else final
+        if has_corpus_column(source):  # caps (a link of the file when nothing is capped)
+            capped = stage.path("capped.parquet")
             caps_record = cap_corpora(deduplicated, capped, caps, seed=CAP_SEED).as_dict()
             deduplicated.unlink()
             deduplicated = capped
-            record["n_out"] = caps_record["n_out"]
-            record["dropped"] = record["dropped"] | caps_record["dropped"]
-            record["seconds"] += caps_record["seconds"]
+            _merge(record, caps_record)
             record["caps"] = caps_record
+        # the dev suite's pairs, before the vocabulary or the model see any of their sentences
+        training = stage.path("unsegmented.parquet") if segment else final
+        held = hold_back(deduplicated, training, stage.path(DEV_PAIRS)).as_dict()
+        deduplicated.unlink()
+        _merge(record, held)
+        record["held_back"] = held
         if segment:
             segmented = segment_pairs(
-                deduplicated,
+                training,
                 final,
                 cache_dir=storage.cache_dir(),
                 workers=compute.worker_count(),
                 segmenter=spec.pretokenizer,
             ).as_dict()
-            deduplicated.replace(stage.path("unsegmented.parquet"))
-            outputs["unsegmented"] = "unsegmented.parquet"
+            outputs["unsegmented"] = training.name
             record["seconds"] += segmented["seconds"]
             record["segmentation"] = segmented
         return outputs, record

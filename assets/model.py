@@ -26,7 +26,13 @@ from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
-from assets.model_versions import gate_metadata, model_registry, promoted_model, run_gate
+from assets.model_versions import (
+    gate_metadata,
+    held_back_pairs,
+    model_registry,
+    promoted_model,
+    run_gate,
+)
 from assets.orphan_guard import stop_when_orphaned
 from assets.partitions import language_partitions
 from assets.plots import LossCurve, chart_markdown
@@ -191,6 +197,7 @@ def build_model(
     )
 
     registry = model_registry(storage, spec.code)  # (adopts a bundle of an earlier release)
+    held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
 
     def train_version(bundle_path: Path) -> dict:
         checkpoint = stage.path(f"checkpoint-{key}")
@@ -249,7 +256,7 @@ def build_model(
             "loss_curve": curve.points,
         }
         lineage = {"sentencepiece_model": spm.fingerprint, "training_data": data.fingerprint}
-        scores = dev_scores(load_model(result.bundle), eval_data.path())
+        scores = dev_scores(load_model(result.bundle), eval_data.path(), held_back)
         return {"record": record, "lineage": lineage, "dev_scores": scores}
 
     def run() -> tuple[dict, dict]:
@@ -277,7 +284,7 @@ def build_model(
         if "version" in manifest.record
         else registry.promoted()  # a manifest of an earlier release: its adopted bundle
     )
-    decision, line = run_gate(registry, version, eval_data.path(), spec.promotion)
+    decision, line = run_gate(registry, version, eval_data.path(), spec.promotion, held_back)
     if decision is not None and not decision.promote:
         context.log.warning(line)
     else:

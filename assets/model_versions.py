@@ -8,9 +8,9 @@ from pathlib import Path
 
 from dagster import MetadataValue
 
-from assets.languages import PromotionSettings
+from assets.languages import MULTI, PromotionSettings, load_registry
 from assets.resources import StorageResource
-from assets.stage import Manifest, StageInputMissing
+from assets.stage import Manifest, StageInputMissing, read_manifest
 from psp_core import load_model
 from psp_core.evaluation.dev_suite import dev_scores
 from psp_core.promotion import GateDecision, decide
@@ -65,8 +65,26 @@ def test_scores_of(summary: dict) -> dict[str, float]:
     return scores
 
 
+def held_back_pairs(storage: StorageResource, code: str) -> dict[str, Path]:
+    """The held-back pair files of the dev suite for ``code``'s model: its own, or for ``multi``
+    those of each of its languages (each language's deduplicated_pairs ``dev_pairs``)."""
+    codes = load_registry().multi_languages() if code == MULTI else [code]
+    found = {}
+    for lang in codes:
+        manifest = read_manifest(storage.stage_dir(lang, "deduplicated_pairs"))
+        if manifest is not None and "dev_pairs" in manifest.outputs:
+            path = manifest.output("dev_pairs")
+            if path.is_file():
+                found[lang] = path
+    return found
+
+
 def run_gate(
-    registry: ModelRegistry, version: Version, eval_dir: Path, settings: PromotionSettings
+    registry: ModelRegistry,
+    version: Version,
+    eval_dir: Path,
+    settings: PromotionSettings,
+    held_back: dict[str, Path],
 ) -> tuple[GateDecision | None, str]:
     """Decide once whether ``version`` replaces the promoted version; returns the decision (None
     where it was decided before: a version rolled back by hand is not promoted again by the
@@ -82,8 +100,8 @@ def run_gate(
             f" {last.get('reason')}); the promoted version stays "
             f"{promoted.id if promoted else 'none'}"
         )
-    candidate = dev_scores(load_model(version.bundle), eval_dir)
-    incumbent = dev_scores(load_model(promoted.bundle), eval_dir) if promoted else None
+    candidate = dev_scores(load_model(version.bundle), eval_dir, held_back)
+    incumbent = dev_scores(load_model(promoted.bundle), eval_dir, held_back) if promoted else None
     decision = decide(candidate, incumbent, settings.tolerance)
     scores = {"candidate": candidate, "incumbent": incumbent}
     if decision.promote:

@@ -88,7 +88,9 @@ class CapReport(StageReport):
         return super().as_dict() | {"corpora": self.corpora}
 
 
-def _keys(batch: pa.RecordBatch, seed: int) -> np.ndarray:
+def sample_keys(batch: pa.RecordBatch, seed: int) -> np.ndarray:
+    """Seeded 64-bit keys of the pairs of ``batch``: the order of a sample that does not depend
+    on the order of the file."""
     mixed = pair_fingerprints(batch.column("src"), batch.column("tgt")) ^ np.uint64(seed)
     return splitmix64(mixed)
 
@@ -118,7 +120,7 @@ def cap_corpora(
             corpus = batch.column(CORPUS)
             for name in _value_counts(corpus):
                 if name in samples:
-                    samples[name].add(_keys(batch.filter(pc.equal(corpus, name)), seed))
+                    samples[name].add(sample_keys(batch.filter(pc.equal(corpus, name)), seed))
     cuts = {name: cut for name, sample in samples.items() if (cut := sample.cut()) is not None}
     if not cuts:
         return _unchanged(input, output, caps, with_corpus, batch_size)
@@ -138,7 +140,7 @@ def cap_corpora(
                 rows = np.flatnonzero(pc.equal(corpus, name).to_numpy(zero_copy_only=False))
                 if not len(rows):
                     continue
-                keys = _keys(batch.take(pa.array(rows)), seed)
+                keys = sample_keys(batch.take(pa.array(rows)), seed)
                 chosen = keys < np.uint64(cut[0])
                 ties = np.flatnonzero(keys == np.uint64(cut[0]))[: equal_left[name]]
                 chosen[ties] = True

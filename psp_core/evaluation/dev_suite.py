@@ -1,14 +1,20 @@
 """The development suite: the scores a new model version is compared on before it is promoted
 (and, per issue 29, the data defaults are chosen on). Development data only, never a test set
 the README reports: STS 2017 en-en (the paper's dev set) and the STS Benchmark's dev split,
-Pearson r x 100 each."""
+Pearson r x 100 each, and for each language the retrieval accuracy on its held-back pairs
+(pairs set aside before the vocabulary and the model saw any of their sentences,
+:mod:`ops.held_back`): 100 minus the nearest-neighbour error by cosine, the mean of both
+directions, as Tatoeba's. Every score is higher-is-better."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from psp_core.evaluation.sts import StsEvaluator
+from psp_core.evaluation.tatoeba import tatoeba_errors
 from psp_core.model import PSPModel
 
 log = logging.getLogger(__name__)
@@ -29,9 +35,28 @@ def dev_suite_files(eval_dir: str | Path) -> dict[str, Path]:
     return found
 
 
-def dev_scores(model: PSPModel, eval_dir: str | Path) -> dict[str, float]:
-    """The model's score on each dev file present (Pearson r x 100, rounded to 0.01)."""
-    return {
+def held_back_accuracy(model: PSPModel, pairs: str | Path) -> float | None:
+    """100 minus the retrieval error (cosine, both directions' mean) of a held-back pair file
+    (``src``, ``tgt`` columns); None for a file of fewer than 2 pairs."""
+    table = pq.read_table(pairs, columns=["src", "tgt"])
+    if table.num_rows < 2:
+        return None
+    english = model.embed(table.column("src").to_pylist(), normalize=True)
+    other = model.embed(table.column("tgt").to_pylist(), normalize=True)
+    return 100.0 - tatoeba_errors(other, english).cosine_mean
+
+
+def dev_scores(
+    model: PSPModel, eval_dir: str | Path, held_back: dict[str, Path] | None = None
+) -> dict[str, float]:
+    """The model's score on each dev file present (Pearson r x 100) and on each language's
+    held-back pairs (``held_back_{lang}``: retrieval accuracy %), rounded to 0.01."""
+    scores = {
         name: round(StsEvaluator(path)(model), 2)
         for name, path in dev_suite_files(eval_dir).items()
     }
+    for lang, path in sorted((held_back or {}).items()):
+        accuracy = held_back_accuracy(model, path)
+        if accuracy is not None:
+            scores[f"held_back_{lang}"] = round(accuracy, 2)
+    return scores
