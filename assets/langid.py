@@ -100,7 +100,12 @@ def langid_filtered_pairs(
                 check_name=CHECK,
                 passed=record["n_out"] > 0 and low <= rate <= high,
                 severity=AssetCheckSeverity.ERROR,
-                metadata={"pass_rate": rate, "min": low, "max": high, "pairs_out": record["n_out"]},
+                metadata={
+                    "pass_rate": round(rate, 4),
+                    "min": low,
+                    "max": high,
+                    "pairs_out": record["n_out"],
+                },
                 description=(
                     f"{rate:.1%} of pairs passed language ID; outside [{low:.0%}, {high:.0%}] "
                     "the source is probably mislabelled or the wrong language code is configured"

@@ -52,11 +52,21 @@ def report_metadata(manifest: Manifest, report: Mapping[str, Any], output: str) 
 
 def common_metadata(manifest: Manifest, output: str) -> dict:
     """Path, fingerprint and whether the stage's output was reused unchanged."""
-    return {
+    metadata = {
         "path": MetadataValue.path(str(manifest.output(output))),
         "fingerprint": MetadataValue.text(manifest.fingerprint),
         "reused": MetadataValue.bool(manifest.reused),
     }
+    if manifest.reused:  # said first, so no one reads the earlier run's times as this run's
+        when = f" ({manifest.written_at})" if manifest.written_at else ""
+        metadata = {
+            "reused_note": MetadataValue.text(
+                "nothing recomputed: inputs, settings and code unchanged; the figures below "
+                f"are those of the run that computed it{when}"
+            ),
+            **metadata,
+        }
+    return metadata
 
 
 CORPUS_COLUMNS = TableSchema(
@@ -101,7 +111,7 @@ def settings_table(settings: Mapping[str, Any]) -> MetadataValue:
 
 def _readable(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"  # 221,100, not 2.211e+05
     if isinstance(value, list | tuple):
         return ", ".join(_readable(v) for v in value) or "-"
     return "-" if value is None else str(value)

@@ -77,11 +77,13 @@ def loss_pictures(record: dict) -> dict[str, MetadataValue]:
     ]
     pictures = {
         "loss_curve": MetadataValue.md(
-            chart_markdown(curve, title="training loss", x_label="step", alt="loss curve")
+            chart_markdown(
+                curve, title="training loss", x_label="step", alt="loss curve", x_start=1
+            )
         )
     }
     dev = [(h["epoch"] + 1, h["dev_score"]) for h in record["history"] if h.get("dev_score")]
-    if dev:
+    if len(dev) > 1:  # (one epoch's score is in the epochs table: a curve of one point is not)
         chart = chart_markdown(
             dev, title="dev STS (Pearson x 100)", x_label="epoch", alt="dev score", color="#d04a02"
         )
@@ -253,7 +255,7 @@ def build_model(
             "seconds": round(time.perf_counter() - started, 3),
             "training_window": window,
             # mean loss per window of steps (of this run's steps: a resumed run starts later)
-            "loss_curve": curve.points,
+            "loss_curve": curve.curve(),
         }
         lineage = {"sentencepiece_model": spm.fingerprint, "training_data": data.fingerprint}
         scores = dev_scores(load_model(result.bundle), eval_data.path(), held_back)
@@ -325,7 +327,8 @@ def build_model(
         metadata["training_ended"] = MetadataValue.timestamp(float(window[1]))
     if record.get("best_dev_score") is not None:
         metadata["best_dev_score"] = MetadataValue.float(round(float(record["best_dev_score"]), 2))
-        metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]))
+        # counted from 1, as the epochs table and chart count them
+        metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]) + 1)
     promoted_check = AssetCheckResult(
         check_name=PROMOTED_CHECK,
         passed=promoted.fingerprint == version.id,

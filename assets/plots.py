@@ -107,12 +107,14 @@ def chart_markdown(
     alt: str,
     color: str = "#4f43dd",
     limit: int = INLINE_MARKDOWN_CHARS,
+    x_start: float | None = None,
 ) -> str:
     """A line chart as markdown short enough for the UI to show inline: the points are thinned
     (averaged in runs) until the picture fits in ``limit`` characters; the x axis keeps the
-    range of all the points."""
+    range of all the points, from ``x_start`` when given (step 1 of a loss curve whose first
+    point is the end of its first window)."""
     xs = [float(x) for x, y in points if math.isfinite(x) and math.isfinite(y)]
-    x_range = (min(xs), max(xs)) if xs else None
+    x_range = (min(xs) if x_start is None else min(x_start, *xs), max(xs)) if xs else None
     for n in (120, 80, 60, 45, 32, 24, 16, 12, 8):
         markdown = svg_markdown(
             line_chart_svg(
@@ -134,10 +136,18 @@ class LossCurve:
         self.window, self.max_points = window, max_points
         self.points: list[tuple[int, float]] = []  # (last step of the window, mean loss)
         self._sum, self._count = 0.0, 0
+        self._last_step = 0
+
+    def curve(self) -> list[tuple[int, float]]:
+        """The points, with the last window even if it is not full yet (the run's last steps)."""
+        if self._count:
+            return [*self.points, (self._last_step, self._sum / self._count)]
+        return list(self.points)
 
     def __call__(self, step: int, loss: float) -> None:
         self._sum += loss
         self._count += 1
+        self._last_step = step
         if self._count >= self.window:
             self.points.append((step, self._sum / self._count))
             self._sum, self._count = 0.0, 0

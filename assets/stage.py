@@ -52,6 +52,8 @@ class Manifest:
     outputs: dict[str, str]
     record: dict[str, Any]
     reused: bool = False
+    #: when the manifest was written (the run whose figures a reused stage shows)
+    written_at: str | None = None
 
     def output(self, name: str) -> Path:
         return self.directory / self.outputs[name]
@@ -66,7 +68,13 @@ def read_manifest(directory: Path) -> Manifest | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Manifest(directory, data["fingerprint"], data["outputs"], data["record"])
+        return Manifest(
+            directory,
+            data["fingerprint"],
+            data["outputs"],
+            data["record"],
+            written_at=data.get("written_at"),
+        )
     except (json.JSONDecodeError, KeyError, TypeError):
         return None  # an unreadable manifest is as good as none: the stage runs again
 
@@ -106,7 +114,12 @@ class Stage:
         manifest = read_manifest(self.directory)
         if manifest and manifest.fingerprint == fingerprint and manifest.complete():
             return Manifest(
-                manifest.directory, manifest.fingerprint, manifest.outputs, manifest.record, True
+                manifest.directory,
+                manifest.fingerprint,
+                manifest.outputs,
+                manifest.record,
+                True,
+                manifest.written_at,
             )
         return None
 

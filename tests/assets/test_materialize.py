@@ -162,6 +162,8 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     again = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)
     assert again.success
     assert all(metadata_of(again, name)["reused"] for name in STAGES)
+    assert "nothing recomputed" in metadata_of(again, "psp_model")["reused_note"]
+    assert "reused_note" not in metadata_of(result, "psp_model")
     assert time.perf_counter() - started < 30
     versions = {
         name: again.asset_materializations_for_node(name)[0].tags["dagster/data_version"]

@@ -87,3 +87,17 @@ def test_thinning_averages_runs_and_keeps_their_last_x() -> None:
     assert thin(points, 20) == points
     assert thin(points, 5) == [(1.5, 1.5), (3.5, 3.5), (5.5, 5.5), (7.5, 7.5), (9.5, 9.5)]
     assert len(thin(points, 3)) == 3
+
+
+def test_the_loss_chart_spans_every_step_of_the_run() -> None:
+    """738 steps: the axis goes from step 1 to step 738 (it went from 2 to 737: the first
+    window's end, and the last full window, the partial one at the end left out)."""
+    curve = LossCurve(window=1, max_points=400)
+    for step in range(1, 739):
+        curve(step, 1.0 + 1.0 / step)
+    points = curve.curve()
+    assert points[-1][0] == 738 and points[0][0] > 1  # (windows of 2 steps after merging)
+    markdown = chart_markdown(points, title="loss", x_label="step", alt="loss", x_start=1)
+    svg = base64.b64decode(markdown.split("base64,")[1].rstrip(")")).decode()
+    texts = [t.text for t in parse(svg).iter(f"{SVG}text")]
+    assert {"1", "step 738"} <= set(texts)

@@ -89,3 +89,20 @@ def test_a_real_training_run_logs_progress_by_time_and_at_each_epoch_end(
     assert len(lines) == 64 and all(re.fullmatch(pattern, line) for line in lines), lines
     ends = [r.getMessage() for r in caplog.records if r.getMessage().startswith("end of epoch")]
     assert len(ends) == 2 and ends[-1].endswith("run 0s"), ends
+
+
+def test_the_epoch_line_is_words_not_a_dict() -> None:
+    from psp_core.training.trainer import epoch_summary
+
+    record = {
+        "epoch": 2,
+        "steps": 1865,
+        "loss": 0.512345678,
+        "pairs_per_second": 2631.4,
+        "seconds": 36.24,
+        "dev_score": 82.4123,
+    }
+    assert epoch_summary(record) == (
+        "epoch 3 done at step 1,865, loss 0.5123, 2,631 pairs/s, 36.2 s, dev score 82.41"
+    )
+    assert epoch_summary({"epoch": 0, "steps": 14, "loss": None}) == "epoch 1 done at step 14"
