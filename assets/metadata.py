@@ -165,16 +165,18 @@ def epochs_table(history: Sequence[Mapping[str, Any]]) -> MetadataValue:
     def rounded(value: Any, digits: int) -> float | None:
         return None if value is None else round(float(value), digits)
 
-    rows = [
-        TableRecord(
-            {
-                "epoch": int(h["epoch"]) + 1,
-                "steps": int(h["steps"]),
-                "mean_loss": rounded(h.get("loss"), 4),
-                "pairs_per_second": rounded(h.get("pairs_per_second"), 0),
-                "dev_score": rounded(h.get("dev_score"), 2),
-            }
-        )
-        for h in history
-    ]
-    return MetadataValue.table(rows, schema=EPOCH_COLUMNS)
+    # a training without model selection has no dev score: no empty column for it
+    with_dev = any(h.get("dev_score") is not None for h in history)
+    columns = [c for c in EPOCH_COLUMNS.columns if with_dev or c.name != "dev_score"]
+    rows = []
+    for h in history:
+        row = {
+            "epoch": int(h["epoch"]) + 1,
+            "steps": int(h["steps"]),
+            "mean_loss": rounded(h.get("loss"), 4),
+            "pairs_per_second": rounded(h.get("pairs_per_second"), 0),
+        }
+        if with_dev:
+            row["dev_score"] = rounded(h.get("dev_score"), 2)
+        rows.append(TableRecord(row))
+    return MetadataValue.table(rows, schema=TableSchema(columns=columns))

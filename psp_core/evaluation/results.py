@@ -224,7 +224,8 @@ class EvaluationResults:
         if self.stsb:
             rows = ["| STS Benchmark | n | Pearson | Spearman |", "|---|---:|---:|---:|"]
             for name, c in self.stsb.items():
-                label = self._label(name, self.is_dev("stsb", name))
+                # its dev split is development data whatever the model was selected on
+                label = self._label(name, self.is_dev("stsb", name) or name == "dev")
                 rows.append(f"| {label} | {c.n} | {_fmt(c.pearson)} | {_fmt(c.spearman)} |")
             parts.append("\n".join(rows))
         if self.tatoeba:

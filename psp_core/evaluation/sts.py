@@ -55,7 +55,9 @@ STS17_TRACKS: tuple[Sts17Track, ...] = (
     Sts17Track("tr-en", "track6.tr-en", "en", "tr"),
 )
 
-STSB_SPLITS = ("train", "dev", "test")
+#: the STS Benchmark splits evaluated: dev (development data: the promotion gate's dev suite)
+#: and test; the train split is training data for supervised STS models, not a result
+STSB_SPLITS = ("dev", "test")
 
 
 @dataclass(frozen=True)
