@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 from psp_core.registry import (
+    DEFAULT_STORAGE_ROOTS,
+    STORAGE_ENV,
     VERSIONS,
     ModelRegistry,
     RegistryError,
     Version,
     language_registry,
+    storage_root,
 )
-
-STORAGE_ENV = "PSP_STORAGE_ROOT"
 
 
 def add_models_parser(commands) -> None:
@@ -31,7 +31,8 @@ def add_models_parser(commands) -> None:
     )
     where.add_argument(
         "--storage-root",
-        help=f"the pipeline's storage root (default: ${STORAGE_ENV}, as make run sets it)",
+        help=f"the pipeline's storage root (default: ${STORAGE_ENV}, else "
+        f"{' or '.join(DEFAULT_STORAGE_ROOTS)} if there)",
     )
     listing = actions.add_parser("list", parents=[where], help="versions, scores, the promoted")
     listing.add_argument("--json", action="store_true", help="one JSON object instead of a table")
@@ -53,11 +54,11 @@ def open_registry(args: argparse.Namespace) -> ModelRegistry:
     if "/" in args.language or given.is_dir():
         folder = given
     else:
-        root = args.storage_root or os.environ.get(STORAGE_ENV)
-        if not root:
+        root = storage_root(args.storage_root)
+        if root is None:
             raise RegistryError(
-                f"{args.language!r}: give --storage-root or set {STORAGE_ENV} (make run's "
-                "storage root), or name a registry folder"
+                f"{args.language!r}: give --storage-root or set {STORAGE_ENV}, or name a "
+                f"registry folder (no {' or '.join(DEFAULT_STORAGE_ROOTS)} here)"
             )
         folder = language_registry(root, args.language)
     if not (folder / VERSIONS).is_dir() and not (folder / "model").is_dir():

@@ -58,6 +58,22 @@ class RegistryError(ValueError):
     """An unknown version, nothing to roll back to, or a folder that is not a registry."""
 
 
+STORAGE_ENV = "PSP_STORAGE_ROOT"
+#: where storage is when neither a flag nor PSP_STORAGE_ROOT says: make run's, then the Dagster
+#: resource's default, relative to the current directory
+DEFAULT_STORAGE_ROOTS = ("runs/psp_data", "psp_data")
+
+
+def storage_root(given: str | None = None) -> Path | None:
+    """The pipeline's storage root: ``given``, else ``$PSP_STORAGE_ROOT``, else the first of
+    :data:`DEFAULT_STORAGE_ROOTS` that exists; None when none does."""
+    if given:
+        return Path(given)
+    if os.environ.get(STORAGE_ENV):
+        return Path(os.environ[STORAGE_ENV])
+    return next((Path(c) for c in DEFAULT_STORAGE_ROOTS if Path(c).is_dir()), None)
+
+
 def language_registry(storage_root: str | Path, lang: str) -> Path:
     """The registry folder of ``lang`` under the pipeline's storage root."""
     return Path(storage_root) / lang / STAGE

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from psp_core.registry import DEFAULT_STORAGE_ROOTS, STORAGE_ENV, storage_root
 from psp_core.serving.limits import Limits
-
-STORAGE_ENV = "PSP_STORAGE_ROOT"
 
 
 def add_serve_parser(commands) -> None:
@@ -20,7 +18,9 @@ def add_serve_parser(commands) -> None:
         "version is swapped in while serving, without failing a request.",
     )
     serve.add_argument(
-        "--storage-root", help=f"the pipeline's storage root (default: ${STORAGE_ENV})"
+        "--storage-root",
+        help=f"the pipeline's storage root (default: ${STORAGE_ENV}, else "
+        f"{' or '.join(DEFAULT_STORAGE_ROOTS)} if there)",
     )
     serve.add_argument(
         "--model",
@@ -52,9 +52,12 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
                 raise ValueError(f"--model {item!r}: {path} is not a folder")
             folders[name] = Path(path)
         return folders
-    root = args.storage_root or os.environ.get(STORAGE_ENV)
-    if not root:
-        raise ValueError(f"give --storage-root, set {STORAGE_ENV}, or name models with --model")
+    root = storage_root(args.storage_root)
+    if root is None:
+        raise ValueError(
+            f"give --storage-root, set {STORAGE_ENV}, or name models with --model (no "
+            f"{' or '.join(DEFAULT_STORAGE_ROOTS)} here)"
+        )
     from psp_core.serving.models import discover
 
     folders = discover(root)
