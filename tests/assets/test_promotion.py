@@ -6,9 +6,12 @@ first back."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 from dagster import materialize
 
@@ -101,3 +104,84 @@ def test_a_worse_retrain_is_kept_but_not_promoted(opus_server: OpusServer, tmp_p
     np.testing.assert_array_equal(table(language_model), good_table)
     sentences = [s for pair in zip(*english_german(5, seed=3), strict=True) for s in pair]
     assert load_model(language_model).embed(sentences).shape == (10, 32)
+
+
+@pytest.mark.slow
+def test_the_server_follows_the_gate_and_the_hand_promotions(opus_server: OpusServer, tmp_path):
+    """The issue's end-to-end: psp serve over the pipeline's storage keeps answering with the
+    first model through a worse retrain, swaps in the second when it is promoted by hand, under
+    load, and the first again on rollback, with no failed request."""
+    from tests.psp_core.test_serve import Server, cosines
+
+    publish_de(opus_server, build_moses_zip)
+    write_eval_dir(tmp_path / "eval")
+    storage = tmp_path / "storage"
+    resources = loopback_resources(opus_server, storage, tmp_path / "eval")
+    assert materialize(
+        ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE
+    ).success
+    registry = ModelRegistry(storage / "de" / "psp_model")
+    [good] = registry.versions()
+    sentences = [s for pair in zip(*english_german(8, seed=11), strict=True) for s in pair]
+    want = {"good": load_model(good.bundle).embed(sentences)}
+    server = Server("--storage-root", str(storage), "--reload-interval", "0.2")
+    try:
+        client = server.client()
+
+        def served() -> str:
+            data = client.embeddings.create(model="de", input=sentences).data
+            got = np.array([item.embedding for item in data])
+            matches = [name for name, w in want.items() if cosines(got, w).min() >= 0.9999]
+            assert len(matches) == 1, matches
+            return matches[0]
+
+        assert served() == "good"
+        worse = materialize(
+            ALL_ASSETS,
+            partition_key="de",
+            resources=resources,
+            run_config=with_training(lr=WORSE_LR),
+        )
+        assert metadata_of(worse, "psp_model")["promotion"] == "not promoted"
+        bad = registry.version(metadata_of(worse, "psp_model")["version"])
+        want["bad"] = load_model(bad.bundle).embed(sentences)
+        time.sleep(1.0)  # five reload checks
+        assert served() == "good"
+
+        seen, failures, stop = [], [], threading.Event()
+
+        def load() -> None:
+            while not stop.is_set():
+                try:
+                    seen.append(served())
+                except Exception as error:  # noqa: BLE001 (every failure counts)
+                    failures.append(repr(error))
+
+        clients = [threading.Thread(target=load) for _ in range(4)]
+        for thread in clients:
+            thread.start()
+        try:
+            time.sleep(0.5)
+            storage_flag = ["--storage-root", str(storage)]
+            assert main(["models", "promote", "de", bad.id, *storage_flag]) == 0
+            _wait_for(seen, "bad")
+            assert main(["models", "rollback", "de", *storage_flag]) == 0
+            _wait_for(seen, "good")
+        finally:
+            stop.set()
+            for thread in clients:
+                thread.join()
+        assert failures == []
+        assert seen.count("bad") > 0 and seen[-1] == "good"
+    finally:
+        server.stop()
+
+
+def _wait_for(seen: list[str], name: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if seen and seen[-1] == name:
+            time.sleep(0.3)
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the server never answered with {name!r}")
