@@ -43,6 +43,18 @@ def fingerprint(**inputs: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def _run_log(message: str) -> None:
+    """Say ``message`` in the Dagster run's log too, inside an asset's execution (the step of a
+    run whose every stage was reused says so, where the user looks)."""
+    try:
+        from dagster import AssetExecutionContext
+
+        context = AssetExecutionContext.get()
+    except Exception:  # not inside a Dagster step (a script, a benchmark)
+        return
+    context.log.info(message)
+
+
 @dataclass(frozen=True)
 class Manifest:
     """What a finished stage wrote."""
@@ -172,12 +184,13 @@ class Stage:
             for path in remove_stale_temps(self.directory):
                 log.warning("%s [%s]: removed %s, left by a killed run", self.name, self.lang, path)
             if not force and (manifest := self.cached(fingerprint)) is not None:
-                log.info(
-                    "%s [%s]: inputs and settings unchanged, reusing %s",
-                    self.name,
-                    self.lang,
-                    manifest.directory,
+                message = (
+                    f"{self.name} [{self.lang}]: nothing to compute, inputs, settings and code "
+                    f"unchanged since {manifest.written_at or 'its last run'}: reusing "
+                    f"{manifest.directory}"
                 )
+                log.info(message)
+                _run_log(message)
                 return manifest
             self.invalidate()
             outputs, record = compute()

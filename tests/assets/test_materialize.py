@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from dagster import AssetKey, TableMetadataValue, materialize
+from dagster import AssetKey, DagsterInstance, TableMetadataValue, materialize
 
 from assets.resources import ComputeResource
 from ops.pair_files import iter_pairs, pair_file_info
@@ -159,8 +159,15 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
 
     # unchanged inputs and config: every stage reuses its output
     started = time.perf_counter()
-    again = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)
+    instance = DagsterInstance.ephemeral()
+    again = materialize(
+        ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE, instance=instance
+    )
     assert again.success
+    # each step's log says it computed nothing (a run of reused steps said nothing before)
+    said = [e.user_message for e in instance.all_logs(again.run_id) if e.user_message]
+    for name in STAGES:
+        assert any(m.startswith(f"{name} [de]: nothing to compute") for m in said), name
     assert all(metadata_of(again, name)["reused"] for name in STAGES)
     assert "nothing recomputed" in metadata_of(again, "psp_model")["reused_note"]
     assert "reused_note" not in metadata_of(result, "psp_model")

@@ -260,6 +260,12 @@ def test_a_trained_language_shows_its_loss_picture_checks_and_progress(
     )
     assert pictures, "no rendered SVG picture on the psp_model page"
     browser.save_screenshot(str(shots / "dagster-ui-loss-curve.png"))
+    # the promotion decision at a glance: the version, the promoted one, the decision, the
+    # dev scores side by side (one version here: the first, promoted)
+    page = browser.find_element(By.TAG_NAME, "body").text
+    for field in ("promotion", "promoted_version", "promotion_scores"):
+        assert re.search(rf"\b{field}\b", page), field
+    assert re.search(r"promotion\s+promoted", page)
 
     # the evaluation's suites are tables, inline
     browser.get(f"{base}/assets/model_evaluation?view=partitions&partition=de")
