@@ -124,7 +124,7 @@ class PromotionSettings:
     the promoted version's; the newest ``keep_versions`` versions are kept, and the promoted
     one and its rollback target whatever their age."""
 
-    tolerance: float = 0.5
+    tolerance: float = 1.0
     keep_versions: int = 5
 
     def __post_init__(self) -> None:
