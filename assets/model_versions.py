@@ -88,7 +88,8 @@ def run_gate(
 ) -> tuple[GateDecision | None, str]:
     """Decide once whether ``version`` replaces the promoted version; returns the decision (None
     where it was decided before: a version rolled back by hand is not promoted again by the
-    next run) and a line for the log. Both versions are scored on today's dev files."""
+    next run) and a line for the log. The promoted version is scored on today's dev files, the
+    candidate was when it was written."""
     promoted = registry.promoted()
     if promoted is not None and promoted.id == version.id:
         return None, f"version {version.id} is the promoted one"
@@ -100,7 +101,8 @@ def run_gate(
             f" {last.get('reason')}); the promoted version stays "
             f"{promoted.id if promoted else 'none'}"
         )
-    candidate = dev_scores(load_model(version.bundle), eval_dir, held_back)
+    # the candidate's scores were taken when it was written, moments before (version.json)
+    candidate = version.dev_scores or dev_scores(load_model(version.bundle), eval_dir, held_back)
     incumbent = dev_scores(load_model(promoted.bundle), eval_dir, held_back) if promoted else None
     decision = decide(candidate, incumbent, settings.tolerance)
     scores = {"candidate": candidate, "incumbent": incumbent}

@@ -125,7 +125,7 @@ class ParquetVectorWriter:
             array = ids if isinstance(ids, pa.Array) else pa.array(ids)
             if self._writer is not None and array.type != self._id_type:
                 array = array.cast(self._id_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+        except pa.ArrowException as error:  # a value or a type that does not convert
             raise CorpusError(
                 f'id field "{self.id_column}": values of different types near vector '
                 f"{self.rows} ({error})"

@@ -10,14 +10,13 @@ until it ends, so none fails or mixes two models during a swap.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from psp_core.model import PSPModel, load_model
-from psp_core.registry import PROMOTED, VERSIONS, ModelRegistry
+from psp_core.registry import PROMOTED, ModelRegistry
 
 log = logging.getLogger(__name__)
 
@@ -46,22 +45,12 @@ def discover(storage_root: str | Path) -> dict[str, Path]:
 
 
 def _version_of(folder: Path) -> tuple[str, Path] | None:
-    """``(version id, bundle path)`` of what ``folder`` serves now; None when it has none."""
-    if (folder / PROMOTED).is_symlink() or (folder / VERSIONS).is_dir():
-        try:
-            target = os.readlink(folder / PROMOTED)
-        except OSError:
-            registry = ModelRegistry(folder)  # (adopts a bundle of an earlier release)
-            promoted = registry.promoted()
-            return None if promoted is None else (promoted.id, promoted.bundle)
-        version = Path(target).name
-        return version, folder / VERSIONS / version / "model"
+    """``(version id, bundle path)`` of what ``folder`` serves now (a bundle, or a registry's
+    promoted version: a bundle of an earlier release there is adopted); None when it has none."""
     if (folder / "config.json").is_file():
-        return folder.name, folder  # a bundle
-    if (folder / "model").is_dir():
-        promoted = ModelRegistry(folder).promoted()  # adopts it
-        return None if promoted is None else (promoted.id, promoted.bundle)
-    return None
+        return folder.name, folder
+    promoted = ModelRegistry(folder).promoted()
+    return None if promoted is None else (promoted.id, promoted.bundle)
 
 
 class ModelSet:
