@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from psp_core.file_lock import exclusive_lock
+from psp_core.output_files import replaced_when_done
 from psp_core.stale_temps import remove_stale_temps
 
 VERSIONS = "versions"
@@ -349,6 +350,5 @@ def _read_info(directory: Path) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", "utf-8")
-    os.replace(tmp, path)
+    with replaced_when_done(path, "w") as handle:  # whole or not at all
+        handle.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
