@@ -31,7 +31,45 @@ WORKER_SETTINGS = {
     "broker_connection_retry_on_startup": True,
     # results are read once by the run that sent the step; a week covers any paused run
     "result_expires": 7 * 24 * 3600,
+    # a restarting broker or backend: retry (about a minute in all) rather than fail the step
+    "result_backend_always_retry": True,
+    "result_backend_max_retries": 12,
+    "result_backend_max_sleep_between_retries_ms": 5000,
+    "task_publish_retry_policy": {
+        "max_retries": 30,
+        "interval_start": 0,
+        "interval_step": 1,
+        "interval_max": 2,
+    },
 }
+
+DEFAULT_HEARTBEAT_SECONDS = 2.0
+DEFAULT_LEASE_SECONDS = 10.0
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds above 0")
+    return value
+
+
+def heartbeat_seconds() -> float:
+    """How often a running step renews its lease (``PSP_STEP_HEARTBEAT_SECONDS``)."""
+    return _seconds("PSP_STEP_HEARTBEAT_SECONDS", DEFAULT_HEARTBEAT_SECONDS)
+
+
+def lease_seconds() -> float:
+    """How long a step's lease lasts unrenewed before its copy stops itself
+    (``PSP_STEP_LEASE_SECONDS``; at least 3 heartbeats)."""
+    lease = _seconds("PSP_STEP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+    return max(lease, 3 * heartbeat_seconds())
 
 
 def broker_url() -> str:

@@ -7,6 +7,10 @@ runs that send it steps always agree. A worker also needs what a run needs: ``DA
 environment (``PSP_STORAGE_ROOT`` on a filesystem every worker shares, ``PSP_LANGUAGES``...).
 Start each with ``--concurrency 1`` per core it may use (a step already uses
 ``ComputeResource.threads`` cores) and a name of its own (``-n worker-1@%h``).
+
+The step task holds a lease while it runs (:class:`pipelines.step_lease.LeasedTask`), and the
+worker records each step it receives (:func:`pipelines.step_lease.record_received`): how the
+executor tells a live step from a lost one, whatever happened to the worker.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.process
 
-from celery.signals import worker_process_init
+from celery.signals import task_received, worker_process_init
+from dagster_celery.config import TASK_EXECUTE_PLAN_NAME
 from dagster_celery.executor import CeleryExecutor
 from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_task
 
 from pipelines import celery_settings
+from pipelines.step_lease import LeasedTask, record_received
 
 app = make_app(
     CeleryExecutor.for_cli(
@@ -28,7 +34,13 @@ app = make_app(
         config_source=celery_settings.config_source(),
     ).app_args()
 )
-execute_plan = create_task(app)
+execute_plan = create_task(app, base=LeasedTask)
+
+
+@task_received.connect
+def step_received(request=None, **_) -> None:
+    if request is not None and request.name == TASK_EXECUTE_PLAN_NAME:
+        record_received(app, request)
 
 
 @worker_process_init.connect

@@ -99,6 +99,12 @@ class DeadRunWatchingExecutor(Executor):
     def get_step_event_or_retry_event(self, *args, **kwargs):
         return self._inner.get_step_event_or_retry_event(*args, **kwargs)
 
+    def __getattr__(self, name: str):
+        """What an execution loop reads from its executor (dagster-celery's: ``app_args``)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
     def execute(self, plan_context, execution_plan) -> Iterator[DagsterEvent]:
         instance = plan_context.instance
         watch = _DeadRunWatch(instance, plan_context.run_id, self._interval)

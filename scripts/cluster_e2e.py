@@ -18,13 +18,19 @@ two languages with the smoke profile against a loopback OPUS server; faults on t
    trainings never overlapped beyond the ``psp_training`` pool's limit (1), across workers;
 5. fault: restarts PostgreSQL, then runs one more language run through the same daemon, code
    server and workers (every stage reused), which must succeed;
-6. stops everything it started, by process group (also on failure and on Ctrl-C), and checks no
+6. partial failures (``scripts/cluster_faults.py``), each on a run of its own whose training
+   runs again: a worker restarted under the same name, a run stopped while its worker is dead,
+   a worker paused (its main process, then its whole process group), its pool process killed,
+   a worker killed between accepting a step and starting it, Redis restarted, the storage's disk
+   filled (``--fault NAME`` runs only some);
+7. stops everything it started, by process group (also on failure and on Ctrl-C), and checks no
    process of theirs is left.
 
 The last line printed is a JSON summary: ``storage``, ``executor``, ``runs`` (``partition``,
 ``status``), ``step_workers`` (``partition/step`` -> the workers that ran it, in order),
 ``training_overlap_ok`` (with ``training_windows`` and ``training_pool_wait_s``: how long each
 training step waited for the pool's slot), ``bundles_loaded``, ``worker_kill``, ``postgres_restart_run``,
+``faults`` (each fault's ``ok`` and what was seen, and ``training_overlap_ok`` over their runs),
 ``left_running``, ``elapsed_s`` and ``ok``. Exit status 0 when every check passed.
 """
 
@@ -49,23 +55,28 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import cluster_services as cs  # noqa: E402
 import postgres  # noqa: E402
+from cluster_faults import FAULTS, run_faults  # noqa: E402
+from cluster_runs import (  # noqa: E402
+    TERMINAL,
+    TRAINING_STEP,
+    CheckFailed,
+    bundle_loads,
+    celery_app,
+    check,
+    overlap_ok,
+    retried_steps,
+    step_succeeded,
+    step_workers,
+    training_pool_wait,
+    training_windows,
+    wait_for_runs,
+)
 
+from pipelines import step_lease  # noqa: E402
 from tests.ops.opus_server import OpusServer, build_moses_zip  # noqa: E402
 from tests.pipelines.corpora import paranmt_zip, publish_de, write_eval_dir  # noqa: E402
 
 JOB = "psp_language_job"
-TRAINING_STEP = "psp_model"
-UPSTREAM = ("sentencepiece_model", "training_data")  # the training step's inputs
-TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
-
-
-class CheckFailed(RuntimeError):
-    pass
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise CheckFailed(message)
 
 
 def _interrupt(signum, _frame) -> None:
@@ -122,13 +133,16 @@ class Cluster:
                 "PSP_PROFILE": "smoke",
                 "PSP_EXECUTOR": "celery",
                 "PSP_CELERY_BROKER": f"redis://127.0.0.1:{self.redis_port}/0",
+                # the step lease, shorter than its defaults: a lost step noticed after 8 s
+                "PSP_STEP_HEARTBEAT_SECONDS": "1",
+                "PSP_STEP_LEASE_SECONDS": "5",
                 "PYTHONPATH": str(ROOT),
                 "NO_PROXY": "127.0.0.1,localhost",
                 "no_proxy": "127.0.0.1,localhost",
             }
         )
         os.environ.update({k: self.env[k] for k in ("DAGSTER_HOME", "PSP_CELERY_BROKER")})
-        cs.start_redis(self.services, self.work / "redis", self.redis_port)
+        cs.start_redis(self.services, self.work / "redis", self.redis_port, durable=True)
         cs.start_code_server(self.services, self.env, ROOT, self.grpc_port)
         for _ in range(self.worker_count):
             self.add_worker()
@@ -137,10 +151,24 @@ class Cluster:
     def add_worker(self) -> str:
         name = f"worker-{self.next_worker}"
         self.next_worker += 1
-        cs.start_worker(self.services, name, self.env, self.work)
+        return self.start_worker(name)
+
+    def start_worker(self, name: str, app: str = "pipelines.celery_worker", **env: str) -> str:
+        """Start worker ``name`` (again, after a kill: the same name) and wait for its answer."""
+        cs.start_worker(self.services, name, self.env | env, self.work, app=app)
         hostname = f"{name}@{socket.gethostname()}"
         cs.wait_for(lambda: bool(celery_app().control.ping([hostname], timeout=1.0)), name, 120)
         return name
+
+    def workers(self) -> list[str]:
+        return [name for name in self.services.started if name.startswith("worker-")]
+
+    def restart_redis(self) -> float:
+        """Stop the broker (it writes its append-only file) and start it again: seconds away."""
+        started = time.monotonic()
+        self.services.stop("redis")
+        cs.start_redis(self.services, self.work / "redis", self.redis_port, durable=True)
+        return time.monotonic() - started
 
     def restart_postgres(self) -> None:
         postgres.stop(self.pg_data)
@@ -157,139 +185,6 @@ class Cluster:
         done = subprocess.run(command, env=self.env, cwd=self.work, capture_output=True, text=True)
         check(done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}")
         return done.stdout
-
-
-def celery_app():
-    from pipelines.celery_worker import app
-
-    return app
-
-
-def instance():
-    from dagster import DagsterInstance
-
-    return DagsterInstance.get()
-
-
-def runs_of(tags: dict) -> list:
-    from dagster import RunsFilter
-
-    with instance() as dagster:
-        return list(dagster.get_runs(RunsFilter(tags=tags)))
-
-
-def wait_for_runs(tags: dict, count: int, timeout: float, on_tick=None) -> list:
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = runs_of(tags)
-        if len(runs) >= count and all(run.status.value in TERMINAL for run in runs):
-            return runs
-        check(time.monotonic() < deadline, f"runs {tags} not done after {timeout:.0f} s")
-        if on_tick is not None:
-            on_tick(runs)
-        time.sleep(0.5)
-
-
-def step_workers(run) -> list[tuple[str, str]]:
-    """(step, worker) for each Celery task of ``run``, in order (dagster-celery's engine event
-    "Executing steps ... in celery worker" carries the worker's hostname)."""
-    pairs = []
-    with instance() as dagster:
-        for record in dagster.get_records_for_run(run.run_id).records:
-            entry = record.event_log_entry
-            event = entry.dagster_event
-            if event is None or not event.is_engine_event or event.engine_event_data is None:
-                continue
-            worker = event.engine_event_data.metadata.get("Celery worker")
-            if worker is None:
-                continue
-            pairs.append((entry.step_key, worker.value))
-    return pairs
-
-
-def step_succeeded(run, step: str) -> bool:
-    from dagster import DagsterEventType
-
-    with instance() as dagster:
-        records = dagster.get_records_for_run(
-            run.run_id, of_type=DagsterEventType.STEP_SUCCESS
-        ).records
-    return any(r.event_log_entry.step_key == step for r in records)
-
-
-def retried_steps(run) -> list[str]:
-    with instance() as dagster:
-        records = dagster.get_records_for_run(run.run_id).records
-    return [
-        r.event_log_entry.step_key
-        for r in records
-        if r.event_log_entry.dagster_event and r.event_log_entry.dagster_event.is_step_up_for_retry
-    ]
-
-
-def training_pool_wait(run) -> float | None:
-    """Seconds from the training step's inputs being ready (the last upstream step's success) to
-    the executor sending it to a worker: the time it waited for a ``psp_training`` pool slot."""
-    from dagster import DagsterEventType
-
-    ready, submitted = [], None
-    with instance() as dagster:
-        for record in dagster.get_records_for_run(run.run_id).records:
-            entry = record.event_log_entry
-            event = entry.dagster_event
-            if event is None:
-                continue
-            if event.event_type == DagsterEventType.STEP_SUCCESS and entry.step_key in UPSTREAM:
-                ready.append(entry.timestamp)
-            elif (
-                submitted is None
-                and entry.step_key == TRAINING_STEP
-                and event.is_engine_event
-                and "Submitting celery task" in (event.message or "")
-            ):
-                submitted = entry.timestamp
-    if submitted is None or len(ready) < len(UPSTREAM):
-        return None
-    return round(submitted - max(ready), 1)
-
-
-def training_windows(runs) -> dict[str, list[float]]:
-    from dagster import AssetKey
-
-    windows = {}
-    with instance() as dagster:
-        for run in runs:
-            for record in dagster.get_records_for_run(run.run_id).records:
-                materialization = record.event_log_entry.asset_materialization
-                if materialization and materialization.asset_key == AssetKey(TRAINING_STEP):
-                    metadata = materialization.metadata
-                    start, end = (
-                        metadata["training_started"].value,
-                        metadata["training_ended"].value,
-                    )
-                    windows[run.tags["dagster/partition"]] = [start, end]
-    return windows
-
-
-def overlap_ok(windows: dict[str, list[float]], limit: int = 1) -> bool:
-    """No instant covered by more than ``limit`` training windows."""
-    edges = sorted([(s, 1) for s, _ in windows.values()] + [(e, -1) for _, e in windows.values()])
-    depth = 0
-    for _, change in edges:  # ends sort before starts at the same instant
-        depth += change
-        if depth > limit:
-            return False
-    return True
-
-
-def bundle_loads(storage: Path, lang: str) -> bool:
-    import numpy as np
-
-    from psp_core import load_model
-
-    model = load_model(storage / lang / "psp_model" / "model", device="cpu")
-    vectors = model.embed(["The old man reads a long letter.", ""], show_progress_bar=False)
-    return bool(vectors.shape[0] == 2 and np.isfinite(vectors).all() and not vectors[1].any())
 
 
 class WorkerKiller:
@@ -387,6 +282,20 @@ def scenario(cluster: Cluster, args, summary: dict) -> None:
     summary["postgres_restart_run"] = {"partition": lang, "status": after.status.value}
     check(after.status.value == "SUCCESS", f"the run after the restart: {after.status.value}")
 
+    if args.faults:  # partial failures, each on a run of its own (scripts/cluster_faults.py)
+        lost_after = step_lease.lost_after(
+            {
+                "beat_s": cluster.env["PSP_STEP_HEARTBEAT_SECONDS"],
+                "lease_s": cluster.env["PSP_STEP_LEASE_SECONDS"],
+            }
+        )
+        faults = run_faults(cluster, JOB, args.timeout, lost_after, args.fault or None)
+        summary["faults"] = faults
+        failed = [
+            name for name, seen in faults.items() if isinstance(seen, dict) and not seen["ok"]
+        ]
+        check(not failed and faults["training_overlap_ok"], f"faults not ok: {failed}")
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -394,6 +303,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900, help="seconds per wait for runs")
     parser.add_argument("--no-faults", dest="faults", action="store_false")
+    parser.add_argument(
+        "--fault", action="append", choices=sorted(FAULTS), help="run only these faults"
+    )
     parser.add_argument("--keep", type=Path, help="work in DIR and keep it (default: temporary)")
     args = parser.parse_args()
 

@@ -85,9 +85,25 @@ class Services:
         service = self.started.pop(name)
         _signal_group(service.pid, signal.SIGKILL)
         service.process.wait()
+        _wait_group_gone(service.pid)
+
+    def pause(self, name: str, whole_group: bool) -> None:
+        """``SIGSTOP`` the service's main process, or its whole process group."""
+        self._signal(name, signal.SIGSTOP, whole_group)
+
+    def resume(self, name: str, whole_group: bool) -> None:
+        self._signal(name, signal.SIGCONT, whole_group)
+
+    def _signal(self, name: str, signum: int, whole_group: bool) -> None:
+        pid = self.started[name].pid
+        if whole_group:
+            _signal_group(pid, signum)
+        else:
+            os.kill(pid, signum)
 
     def stop(self, name: str, grace: float = 10.0) -> None:
         service = self.started.pop(name)
+        _signal_group(service.pid, signal.SIGCONT)  # a paused service could not stop
         _signal_group(service.pid, signal.SIGTERM)
         try:
             service.process.wait(grace)
@@ -95,6 +111,7 @@ class Services:
             pass
         _signal_group(service.pid, signal.SIGKILL)  # what is left of the group
         service.process.wait()
+        _wait_group_gone(service.pid)
 
     def stop_all(self) -> None:
         for name in reversed(list(self.started)):
@@ -116,6 +133,26 @@ class Services:
         return left
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _wait_group_gone(pgid: int, timeout: float = 10.0) -> None:
+    """Wait until every process of the group has exited (a killed process takes a moment)."""
+    deadline = time.monotonic() + timeout
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _signal_group(pgid: int, signum: int) -> None:
     try:
         os.killpg(pgid, signum)
@@ -123,12 +160,16 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def start_redis(services: Services, work: Path, port: int) -> Service:
-    """A Redis server on 127.0.0.1:``port`` that keeps nothing on disk (the broker's queue lives
-    as long as the cluster)."""
+def start_redis(services: Services, work: Path, port: int, durable: bool = False) -> Service:
+    """A Redis server on 127.0.0.1:``port``; ``durable``: with an append-only file written at
+    every change, as a production broker runs (its queue and results survive a restart), else
+    keeping nothing on disk."""
     server = _which("redis-server", "apt-get install redis-server")
     command = [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work)]
-    command += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+    command += ["--save", "", "--daemonize", "no"]
+    command += (
+        ["--appendonly", "yes", "--appendfsync", "always"] if durable else ["--appendonly", "no"]
+    )
     service = services.start("redis", command, os.environ.copy(), work)
     wait_for(lambda: port_open(port), "redis", 30)
     return service
@@ -149,9 +190,12 @@ def start_code_server(services: Services, env: dict, root: Path, port: int) -> S
     return service
 
 
-def start_worker(services: Services, name: str, env: dict, work: Path) -> Service:
-    """A Celery worker with one pool process, in a working directory of its own."""
-    command = [str(BIN / "celery"), "-A", "pipelines.celery_worker", "worker"]
+def start_worker(
+    services: Services, name: str, env: dict, work: Path, app: str = "pipelines.celery_worker"
+) -> Service:
+    """A Celery worker with one pool process, in a working directory of its own (``app``: the
+    module of its Celery app)."""
+    command = [str(BIN / "celery"), "-A", app, "worker"]
     command += ["-n", f"{name}@%h", "-Q", "dagster", "--concurrency", "1", "--pool", "prefork"]
     command += ["--without-gossip", "--without-mingle", "--loglevel", "INFO"]
     return services.start(name, command, env, work / name)

@@ -1,6 +1,7 @@
 """A job for the Celery executor tests (``tests/pipelines/test_celery.py``), importable by the
-workers: one op whose first attempt records where it runs and then waits to be killed, and whose
-next attempt finishes at once, then an op downstream of it."""
+workers: one op whose first attempt records where it runs and then works (stamping
+``attempt-1.alive`` every 0.1 s) for ``PSP_TEST_FIRST_ATTEMPT_SECONDS`` (default 120: until it
+is killed), and whose next attempts finish at once, then an op downstream of it."""
 
 from __future__ import annotations
 
@@ -21,14 +22,18 @@ def _attempts_dir() -> Path:
 
 @op
 def long_step() -> int:
-    """First attempt: write ``attempt-1.json`` (worker, pid) and sleep; later attempts return."""
+    """Attempt N writes ``attempt-N.json`` (worker, pid, start time); the first then works."""
     attempts = sorted(_attempts_dir().glob("attempt-*.json"))
     record = {"worker": os.environ.get("PSP_TEST_WORKER", "?"), "pid": os.getpid()}
-    record["host"] = socket.gethostname()
+    record |= {"host": socket.gethostname(), "started": time.time()}
     path = _attempts_dir() / f"attempt-{len(attempts) + 1}.json"
     path.write_text(json.dumps(record))
     if not attempts:
-        time.sleep(120)  # killed before this ends
+        alive = _attempts_dir() / "attempt-1.alive"
+        end = time.monotonic() + float(os.environ.get("PSP_TEST_FIRST_ATTEMPT_SECONDS", "120"))
+        while time.monotonic() < end:
+            alive.write_text(repr(time.time()))
+            time.sleep(0.1)
     return len(attempts) + 1
 
 

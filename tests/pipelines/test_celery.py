@@ -1,11 +1,21 @@
-"""Steps on real Celery workers (issue 15): a Redis broker on 127.0.0.1 and two workers
-(``celery -A pipelines.celery_worker``), each in a working directory of its own; a real
-``dagster job execute`` sends its steps to them. A worker killed while it runs a step, whole
-(``kill -9`` of its process group: no one reports) or only its pool process (Celery reports
-``WorkerLostError``), loses the step: the executor retries it on a live worker and the run
-succeeds. Skipped, with a message, without Debian's ``redis-server`` or dagster-celery (the
-``cluster`` extra). The whole cluster (PostgreSQL, the daemon, a backfill of two languages) is
-``scripts/cluster_e2e.py``'s."""
+"""Steps on real Celery workers under partial failures (issues 15 and 28): a Redis broker on
+127.0.0.1 and Celery workers (``celery -A pipelines.celery_worker``), each in a working directory
+of its own; a real ``dagster job execute`` sends its steps to them. Each test breaks a worker in
+one way real clusters do while it holds ``long_step`` (``tests/pipelines/celery_jobs.py``):
+
+* killed whole (``kill -9`` of its process group: no one reports) or only its pool process
+  (Celery reports ``WorkerLostError``): the step is retried on a live worker;
+* killed and restarted at once under the same name: the retry runs there;
+* killed, then the run stopped: the run ends in bounded time;
+* its main process paused (the pool process runs on): the step finishes there, no retry;
+* its whole process group paused past the lease: the step is retried elsewhere and the paused
+  copy, resumed, stops itself before another line of the step runs (no two copies overlap);
+* killed between accepting the task and starting it: the step is retried.
+
+The lease settings are short here (beat 0.5 s, lease 2 s: a lost step noticed after about 4 s).
+Skipped, with a message, without Debian's ``redis-server`` or dagster-celery (the ``cluster``
+extra). The whole cluster (PostgreSQL, the daemon, a backfill) is ``scripts/cluster_e2e.py``'s.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,10 +48,66 @@ pytestmark = [
     ),
 ]
 
+LOST_AFTER = 2 + 2 * 0.5 + 1  # pipelines.step_lease.lost_after with the settings below
+
+
+class Cluster:
+    """Redis, workers started on demand, and one ``dagster job execute`` of ``lost_worker_job``."""
+
+    def __init__(self, tmp_path: Path, services: cs.Services, env: dict) -> None:
+        self.tmp = tmp_path
+        self.services = services
+        self.env = env
+        self.attempts = tmp_path / "attempts"
+        self.log = tmp_path / "run.log"
+        self.run: subprocess.Popen | None = None
+
+    def worker(self, name: str, app: str = "pipelines.celery_worker", **env: str) -> None:
+        extra = self.env | {"PSP_TEST_WORKER": name} | env
+        cs.start_worker(self.services, name, extra, self.tmp, app=app)
+        code = (
+            "import sys; from pipelines.celery_worker import app\n"
+            "sys.exit(0 if app.control.ping([sys.argv[1]], timeout=1.0) else 1)\n"
+        )
+        host = f"{name}@{socket.gethostname()}"
+        cs.wait_for(
+            lambda: (
+                subprocess.run([sys.executable, "-c", code, host], env=self.env).returncode == 0
+            ),
+            name,
+            120,
+            interval=0.5,
+        )
+
+    def start_run(self) -> None:
+        config = self.tmp / "run.yaml"
+        config.write_text(yaml.safe_dump({"execution": {"config": {"stop_wait_seconds": 10.0}}}))
+        command = [str(cs.BIN / "dagster"), "job", "execute", "-m", "tests.pipelines.celery_jobs"]
+        command += ["-j", "lost_worker_job", "-c", str(config)]
+        with open(self.log, "wb") as handle:
+            self.run = subprocess.Popen(
+                command, cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT
+            )
+
+    def attempt(self, number: int, timeout: float = 120) -> dict:
+        path = self.attempts / f"attempt-{number}.json"
+        cs.wait_for(path.exists, f"attempt {number} of long_step", timeout)
+        time.sleep(0.05)  # written in one call, but not atomically
+        return json.loads(path.read_text())
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def finish(self, timeout: float = 120) -> int:
+        try:
+            return self.run.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.run.kill()
+            pytest.fail(f"the run did not end in {timeout} s:\n{self.output()[-4000:]}")
+
 
 @pytest.fixture
 def cluster(tmp_path):
-    """Redis and two workers; yields (services, env); stops them all."""
     services = cs.Services(tmp_path)
     port = cs.free_port()
     home = tmp_path / "home"
@@ -50,67 +117,143 @@ def cluster(tmp_path):
         "DAGSTER_HOME": str(home),
         "PSP_CELERY_BROKER": f"redis://127.0.0.1:{port}/0",
         "PSP_TEST_ATTEMPTS": str(tmp_path / "attempts"),
+        "PSP_STEP_HEARTBEAT_SECONDS": "0.5",
+        "PSP_STEP_LEASE_SECONDS": "2",
         "PYTHONPATH": str(ROOT),
     }
     (tmp_path / "attempts").mkdir()
+    handle = Cluster(tmp_path, services, env)
     try:
         cs.start_redis(services, tmp_path / "redis", port)
-        for name in ("worker-1", "worker-2"):
-            cs.start_worker(services, name, env | {"PSP_TEST_WORKER": name}, tmp_path)
-        yield services, env
+        yield handle
     finally:
-        services.stop_all()
+        if handle.run is not None and handle.run.poll() is None:
+            handle.run.kill()
+        for name in reversed(list(services.started)):  # nothing here needs a clean shutdown
+            services.kill(name)
         assert services.left_running() == []
 
 
-def _wait_for_workers(env: dict, names: list[str]) -> None:
-    code = (
-        "import sys; from pipelines.celery_worker import app\n"
-        "names = sys.argv[1:]\n"
-        "replies = app.control.ping(names, timeout=1.0)\n"
-        "sys.exit(0 if len({n for r in replies for n in r}) == len(names) else 1)\n"
-    )
-    hosts = [f"{name}@{socket.gethostname()}" for name in names]
-    cs.wait_for(
-        lambda: subprocess.run([sys.executable, "-c", code, *hosts], env=env).returncode == 0,
-        "celery workers",
-        120,
-        interval=1.0,
-    )
+def _retried_once_and_succeeded(cluster: Cluster, *reasons: str) -> None:
+    output = cluster.output()
+    assert "STEP_UP_FOR_RETRY" in output and 'step "long_step" was lost' in output
+    assert any(reason in output for reason in reasons), reasons
+    assert "RUN_SUCCESS" in output
+    assert not (cluster.attempts / "attempt-3.json").exists()  # retried once, not twice
 
 
 @pytest.mark.parametrize("what", ["worker", "pool process"])
-def test_a_step_whose_worker_is_killed_is_retried_on_a_live_worker(cluster, tmp_path, what):
-    services, env = cluster
-    _wait_for_workers(env, ["worker-1", "worker-2"])
-    config = tmp_path / "run.yaml"
-    execution = {"liveness_check_seconds": 1.0, "missed_pings_for_lost": 2}
-    config.write_text(yaml.safe_dump({"execution": {"config": execution}}))
-    log = tmp_path / "run.log"
-    command = [str(cs.BIN / "dagster"), "job", "execute", "-m", "tests.pipelines.celery_jobs"]
-    command += ["-j", "lost_worker_job", "-c", str(config)]
-    with open(log, "wb") as handle:
-        run = subprocess.Popen(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    try:
-        first = tmp_path / "attempts" / "attempt-1.json"
-        cs.wait_for(first.exists, "the first attempt", 120)
-        victim = json.loads(first.read_text())
-        if what == "worker":  # the whole worker, as when its machine goes away
-            services.kill(victim["worker"])
-        else:  # only the process running the step, as the OOM killer would
-            os.kill(victim["pid"], signal.SIGKILL)
-        assert run.wait(180) == 0, log.read_text()[-4000:]
-    finally:
-        if run.poll() is None:
-            run.kill()
-    second = json.loads((tmp_path / "attempts" / "attempt-2.json").read_text())
-    output = log.read_text()
-    assert "STEP_UP_FOR_RETRY" in output and 'step "long_step" was lost' in output
-    assert "RUN_SUCCESS" in output
+def test_a_step_whose_worker_is_killed_is_retried_on_a_live_worker(cluster, what):
+    cluster.worker("worker-1")
+    cluster.worker("worker-2")
+    cluster.start_run()
+    victim = cluster.attempt(1)
+    if what == "worker":  # the whole worker, as when its machine goes away
+        cluster.services.kill(victim["worker"])
+    else:  # only the process running the step, as the OOM killer would
+        os.kill(victim["pid"], signal.SIGKILL)
+    assert cluster.finish() == 0, cluster.output()[-4000:]
+    second = cluster.attempt(2)
     if what == "worker":
-        assert "stopped answering" in output
+        _retried_once_and_succeeded(cluster, "stopped renewing its lease")
         assert second["worker"] != victim["worker"]
-    else:
-        assert "process died" in output
+    else:  # Celery reports it after worker_lost_wait (10 s): the lease may tell first
+        _retried_once_and_succeeded(cluster, "process died", "stopped renewing its lease")
     assert second["pid"] != victim["pid"]
-    assert not (tmp_path / "attempts" / "attempt-3.json").exists()  # retried once, not twice
+
+
+def test_a_worker_restarted_under_the_same_name_runs_the_retry(cluster):
+    """One worker, killed and restarted at once under its name: the retry can only run on the
+    restarted one. Per-host pings never noticed the loss (the name answers again) and waited for
+    ever; here the old task's lease is not renewed, whoever answers to its worker's name."""
+    cluster.worker("worker-1")
+    cluster.start_run()
+    cluster.attempt(1)
+    cluster.services.kill("worker-1")
+    cluster.worker("worker-1")
+    assert cluster.finish() == 0, cluster.output()[-4000:]
+    second = cluster.attempt(2)
+    assert second["worker"] == "worker-1"
+    _retried_once_and_succeeded(cluster, "stopped renewing its lease")
+
+
+def test_stopping_a_run_whose_worker_is_dead_ends_it(cluster):
+    cluster.worker("worker-1")
+    cluster.start_run()
+    cluster.attempt(1)
+    cluster.services.kill("worker-1")
+    time.sleep(1.0)
+    stopped = time.monotonic()
+    cluster.run.send_signal(signal.SIGINT)  # Ctrl-C: Dagster's interrupt, the run is stopped
+    cluster.finish(timeout=60)
+    elapsed = time.monotonic() - stopped
+    output = cluster.output()
+    assert "received termination signal" in output
+    assert "RUN_SUCCESS" not in output
+    assert elapsed < 30, f"the stopped run took {elapsed:.0f} s to end"
+
+
+def test_a_worker_whose_main_process_is_paused_finishes_its_step(cluster):
+    """SIGSTOP to the worker's main process alone, longer than a lost step's silence: its pool
+    process runs on, renewing the step's lease, and reports the result itself."""
+    cluster.env["PSP_TEST_FIRST_ATTEMPT_SECONDS"] = str(LOST_AFTER + 4)
+    cluster.worker("worker-1")
+    cluster.worker("worker-2")
+    cluster.start_run()
+    first = cluster.attempt(1)
+    cluster.services.pause(first["worker"], whole_group=False)
+    time.sleep(LOST_AFTER + 2)
+    cluster.services.resume(first["worker"], whole_group=False)
+    assert cluster.finish() == 0, cluster.output()[-4000:]
+    output = cluster.output()
+    assert "STEP_UP_FOR_RETRY" not in output and "RUN_SUCCESS" in output
+    assert not (cluster.attempts / "attempt-2.json").exists()
+
+
+def test_a_paused_worker_never_runs_beside_the_retry_of_its_step(cluster):
+    """SIGSTOP to the worker's whole process group past the lease: the step is retried on the
+    other worker; resumed (SIGCONT), the paused copy stops itself before it stamps again."""
+    cluster.worker("worker-1")
+    cluster.worker("worker-2")
+    cluster.start_run()
+    first = cluster.attempt(1)
+    cluster.services.pause(first["worker"], whole_group=True)
+    second = cluster.attempt(2, timeout=60)
+    assert second["worker"] != first["worker"]
+    time.sleep(1.0)
+    cluster.services.resume(first["worker"], whole_group=True)
+    cs.wait_for(lambda: not _alive(first["pid"]), "the paused copy to stop", 10)
+    assert cluster.finish() == 0, cluster.output()[-4000:]
+    last_stamp = float((cluster.attempts / "attempt-1.alive").read_text())
+    assert last_stamp < second["started"], "the paused copy ran after its retry had started"
+    _retried_once_and_succeeded(cluster, "stopped renewing its lease")
+
+
+def test_a_worker_killed_before_it_started_the_step_loses_it_to_a_live_one(cluster):
+    """A worker that accepted the task (and acknowledged it to the broker) is killed before the
+    task is STARTED: neither queued nor running, the step must still be retried."""
+    accepted = cluster.tmp / "accepted"
+    cluster.worker(
+        "slow-1",
+        app="tests.pipelines.slow_start_worker",
+        PSP_TEST_START_DELAY="60",
+        PSP_TEST_ACCEPTED_MARKER=str(accepted),
+    )
+    cluster.start_run()
+    cs.wait_for(accepted.exists, "the slow worker to accept long_step", 120)
+    cluster.services.kill("slow-1")
+    cluster.env["PSP_TEST_FIRST_ATTEMPT_SECONDS"] = "0"
+    cluster.worker("worker-2")
+    assert cluster.finish() == 0, cluster.output()[-4000:]
+    assert cluster.attempt(1)["worker"] == "worker-2"
+    output = cluster.output()
+    assert "STEP_UP_FOR_RETRY" in output and "received it, then stopped answering" in output
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
