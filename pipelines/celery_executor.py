@@ -107,7 +107,12 @@ class PspCeleryExecutor(CeleryExecutor):
                 message = f'step "{step.key}" was lost: {message}'
                 return lost_step_event(job_context, step, known_state, message, fallback)
 
-            return WatchedStep(result, watch, lost_event, self.stop_wait_seconds)
+            def free_slot() -> None:
+                storage = job_context.instance.event_log_storage
+                if storage.supports_global_concurrency_limits:
+                    storage.free_concurrency_slot_for_step(job_context.run_id, step.key)
+
+            return WatchedStep(result, watch, lost_event, self.stop_wait_seconds, free_slot)
 
         return core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
 

@@ -152,10 +152,19 @@ class StepLease:
 
     def on_resume(self, *_) -> None:
         """``SIGCONT`` handler (the step's main thread, before it runs another line of Python):
-        a process paused past its lease stops here, before the watchdog thread could."""
+        a process paused past its lease, or fenced meanwhile (its run stopped), stops here,
+        before the watchdog thread could."""
+        if self.stopping.is_set():
+            return
         expired = self._expired()
-        if expired and not self.stopping.is_set():
+        if expired:
             kill_self(expired)
+        try:
+            reason = fenced(self.backend, self.task_id)
+        except Exception:  # the backend is away: the lease decides
+            return
+        if reason is not None:
+            kill_self(f"its task was fenced ({reason}) while it was paused")
 
     def _beat(self) -> None:
         with self.lock:

@@ -16,7 +16,8 @@ Such a step is fenced first (a copy still alive stops itself), then ``get()`` re
 retry, or its failure when no retry is left: the same decision Dagster takes for a step that
 raised (:func:`lost_step_event`). After ``revoke()`` (the run is being stopped) the step is fenced
 for stopping and is ready, as revoked, as soon as its task ends or is found lost, and at most
-``stop_wait_seconds`` later: a stopped run ends even when a worker is gone.
+``stop_wait_seconds`` later: a stopped run ends even when a worker is gone, and its concurrency
+slot is freed then (the next run's training does not wait for Dagster's run monitoring).
 
 A task still ``PENDING`` is in the broker's queue waiting for a free worker, which is not a
 fault (a durable broker keeps it across a restart, see docs/scaling.md).
@@ -163,11 +164,13 @@ class WatchedStep:
         watch: StepWatch,
         lost_event,
         stop_wait_seconds: float,
+        free_slot=None,
     ) -> None:
         self.result = result
         self.watch = watch
         self.lost_event = lost_event  # message -> the DagsterEvent of a lost step
         self.stop_wait_seconds = stop_wait_seconds
+        self.free_slot = free_slot  # frees the step's concurrency slot, if it holds one
         self.revoked_at: float | None = None
         self.outcome: tuple[str, object] | None = None  # ("result"|"lost"|"revoked", value)
 
@@ -231,6 +234,7 @@ class WatchedStep:
 
         kind, value = self.outcome
         if kind == "revoked":
+            self._free_slot()
             raise TaskRevokedError(str(value))
         if kind == "lost":
             return [serialize_value(self.lost_event(value))]
@@ -238,6 +242,17 @@ class WatchedStep:
         if state == states.SUCCESS:
             return meta
         raise meta if isinstance(meta, BaseException) else RuntimeError(f"{state}: {meta}")
+
+    def _free_slot(self) -> None:
+        """A stopped step reports no end of its own, so its pool slot (``psp_training``) would
+        stay taken until Dagster's run monitoring frees it (30 s and more after the run ends):
+        free it now, its task being ended or fenced."""
+        if self.free_slot is None:
+            return
+        try:
+            self.free_slot()
+        except Exception as error:
+            log.warning("could not free the concurrency slot of task %s: %s", self.id, error)
 
     def revoke(self, *args, **kwargs) -> None:
         """The run is being stopped: terminate the task where it runs (Celery's revoke, and the

@@ -7,8 +7,9 @@ training. Each returns an object with ``ok`` and what was seen:
 * ``restart_same_name``: the worker training is killed and restarted at once under the same
   name (it answers pings while its old task is gone); the other workers are paused, so the retry
   and every later step run on the restarted worker;
-* ``stop_with_dead_worker``: the worker training is killed, then the run is stopped: it must
-  end (CANCELED) within 60 s with no process of it left;
+* ``stop_with_dead_worker``: the worker training is killed (then, on another run, paused), and
+  the run is stopped: it must end (CANCELED) within 60 s with no process of it left (the paused
+  step's process stops itself once resumed);
 * ``paused_worker``: ``SIGSTOP`` to the training worker's main process alone, past a lost
   step's silence (its pool process trains on: no retry), then to a whole worker (the step is
   retried elsewhere; resumed, the paused copy must stop at once, never training beside the retry);
@@ -148,27 +149,65 @@ def restart_same_name(runs: FaultRuns) -> dict:
 
 
 def stop_with_dead_worker(runs: FaultRuns) -> dict:
+    """Stop a run while the worker training is dead, then while it is paused (whole group)."""
+    dead = _stop_under(runs, "dead")
+    paused = _stop_under(runs, "paused")
+    return {"ok": dead["ok"] and paused["ok"], "dead": dead, "paused": paused}
+
+
+def _stop_under(runs: FaultRuns, how: str) -> dict:
     cluster = runs.cluster
-    run = runs.launch("stop_with_dead_worker")
+    run = runs.launch(f"stop_with_{how}_worker")
     victim = runs.training_on(run)
-    cluster.services.kill(victim)
+    copy = runs.pool_pid(victim)
+    if how == "dead":
+        cluster.services.kill(victim)
+    else:
+        cluster.services.pause(victim, whole_group=True)
     time.sleep(2.0)
     stopped = time.monotonic()
     with instance() as dagster:
         dagster.run_coordinator.cancel_run(run.run_id)
     try:
         run = runs.finish(run, timeout=STOP_WITHIN_S + 30)
+        ended_s = round(time.monotonic() - stopped, 1)
+        slot_free = _training_slot_free_within(5.0)
     finally:
-        cluster.start_worker(victim)
-    ended_s = round(time.monotonic() - stopped, 1)
+        if how == "dead":
+            cluster.start_worker(victim)
+        else:
+            cluster.services.resume(victim, whole_group=True)
+    resumed = time.monotonic()
+    while _alive(copy) and time.monotonic() - resumed < 10:
+        time.sleep(0.05)
     left = _processes_mentioning(run.run_id)
     return {
-        "ok": run.status.value == "CANCELED" and ended_s <= STOP_WITHIN_S and not left,
+        "ok": run.status.value == "CANCELED"
+        and ended_s <= STOP_WITHIN_S
+        and slot_free
+        and not left
+        and not _alive(copy),
         "worker": victim,
         "status": run.status.value,
         "ended_after_s": ended_s,
+        "training_slot_free_after_end": slot_free,
+        "step_process_left": _alive(copy),
         "run_processes_left": left,
     }
+
+
+def _training_slot_free_within(seconds: float) -> bool:
+    """Whether the ``psp_training`` pool has no slot taken within ``seconds`` (the stopped run's
+    slot freed at once, not by Dagster's run monitoring half a minute later)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with instance() as dagster:
+            info = dagster.event_log_storage.get_concurrency_info("psp_training")
+        if info.active_slot_count == 0:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _processes_mentioning(text: str) -> list[str]:

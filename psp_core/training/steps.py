@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import time
+from collections import defaultdict
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +43,29 @@ class StepSettings:
     # pairs it mines among (groups with equal keys share candidates; equal keys, equal rules)
     group_rules: tuple[str, ...] = ()
     group_keys: tuple[int, ...] = ()
+
+
+class PhaseTimes:
+    """Seconds spent per phase of :func:`train_megabatch`, summed over calls (what
+    ``benchmarks/train_profile.py`` reports): ``encode`` (the mega-batch's embeddings for
+    mining), ``hashes``, ``mine``, ``assemble`` (a mini-batch's ids with its negatives),
+    ``forward``, ``backward``, ``optimizer`` (clipping and the step)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def phase(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
+
+
+@contextmanager
+def _untimed(_name: str):
+    yield
 
 
 def encode(model: MeanEmbeddingEncoder, batch: TokenBatch, device: torch.device) -> torch.Tensor:
@@ -109,6 +135,7 @@ def train_megabatch(
     *,
     first_step: int,
     on_step: Callable[[int, float], None] | None = None,
+    times: PhaseTimes | None = None,
 ) -> list[float]:
     """Train on one mega-batch; returns the loss of each mini-batch.
 
@@ -119,31 +146,18 @@ def train_megabatch(
     """
     device = settings.device
     distributed = settings.distributed
+    phase = times.phase if times is not None else _untimed
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), phase("encode"):
         source_embeddings = encode(model, mega.source, device)
         target_embeddings = encode(model, mega.target, device)
-    source_hashes, target_hashes = _hashes(mega.source, device), _hashes(mega.target, device)
-    if mega.group is not None:
-        for_source, for_target = _mine_by_group(
+    with phase("hashes"):
+        source_hashes = _hashes(mega.source, device)
+        target_hashes = _hashes(mega.target, device)
+    with phase("mine"):
+        for_source, for_target, pool_for_source, pool_for_target = _negatives(
             mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes
         )
-        pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
-    else:
-        negatives = _mine(
-            settings,
-            settings.negatives_from,
-            source_embeddings,
-            target_embeddings,
-            source_hashes,
-            target_hashes,
-        )
-        if settings.negatives_from == "opposite":
-            pool_for_source, pool_for_target = mega.target, mega.source
-        else:
-            pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
-        for_source = negatives.for_source.cpu().numpy()
-        for_target = negatives.for_target.cpu().numpy()
     del source_embeddings, target_embeddings
 
     model.train()
@@ -153,56 +167,93 @@ def train_megabatch(
         stop = min(start + settings.batch_size, len(mega))
         n = stop - start
         t_negative_rows, s_negative_rows = for_source[start:stop], for_target[start:stop]
-        joined = TokenBatch.concat(
-            [
-                mega.source.slice(start, stop),
-                mega.target.slice(start, stop),
-                pool_for_source.take(np.maximum(t_negative_rows, 0)),
-                pool_for_target.take(np.maximum(s_negative_rows, 0)),
-            ]
-        )
-        ids = torch.from_numpy(joined.ids).to(device)
-        offsets = torch.from_numpy(joined.offsets).to(device)
-        optimizer.zero_grad(set_to_none=True)
-        if model.sparse:
-            # one gradient row per distinct piece, not one per token
-            unique, local = torch.unique(ids, return_inverse=True)
-            rows = model.weight.detach().index_select(0, unique).requires_grad_()
-            embeddings = model.forward_rows(rows, local, offsets)
-        else:
-            embeddings = model(ids, offsets)
-        s, t, t_negative, s_negative = embeddings.split(n)
-        if (t_negative_rows < 0).any() or (s_negative_rows < 0).any():
-            t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)
-            s_negative = s_negative * torch.from_numpy(s_negative_rows >= 0).to(device).unsqueeze(1)
-        if settings.loss_dims:
-            loss = nested_margin_loss(
-                s, t, t_negative, s_negative, settings.loss_dims, settings.margin
+        with phase("assemble"):
+            joined = TokenBatch.concat(
+                [
+                    mega.source.slice(start, stop),
+                    mega.target.slice(start, stop),
+                    pool_for_source.take(np.maximum(t_negative_rows, 0)),
+                    pool_for_target.take(np.maximum(s_negative_rows, 0)),
+                ]
             )
-        else:
-            loss = margin_loss(s, t, t_negative, s_negative, settings.margin)
-        value = distributed.mean(loss.detach()).item()
+            ids = torch.from_numpy(joined.ids).to(device)
+            offsets = torch.from_numpy(joined.offsets).to(device)
+        with phase("forward"):
+            optimizer.zero_grad(set_to_none=True)
+            loss, rows, unique = _forward(
+                model, settings, ids, offsets, n, t_negative_rows, s_negative_rows
+            )
+            value = distributed.mean(loss.detach()).item()
         step = first_step + len(losses) + 1
         if not math.isfinite(value):
             raise NonFiniteLossError(
                 f"training loss is {value} at step {step}; lower the learning rate or check the "
                 "training data"
             )
-        loss.backward()
-        if model.sparse:
-            grad_ids, grad_rows = distributed.average_sparse(unique, rows.grad)
-            model.weight.grad = torch.sparse_coo_tensor(
-                grad_ids.unsqueeze(0),
-                grad_rows,
-                model.weight.shape,
-                is_coalesced=True,
-                check_invariants=False,
-            )
-        else:
-            distributed.average_dense_(model.weight.grad)
-        clip_gradient_norm(params, settings.grad_clip)
-        optimizer.step()
+        with phase("backward"):
+            loss.backward()
+            if model.sparse:
+                grad_ids, grad_rows = distributed.average_sparse(unique, rows.grad)
+                model.weight.grad = torch.sparse_coo_tensor(
+                    grad_ids.unsqueeze(0),
+                    grad_rows,
+                    model.weight.shape,
+                    is_coalesced=True,
+                    check_invariants=False,
+                )
+            else:
+                distributed.average_dense_(model.weight.grad)
+        with phase("optimizer"):
+            clip_gradient_norm(params, settings.grad_clip)
+            optimizer.step()
         losses.append(value)
         if on_step is not None:
             on_step(step, value)
     return losses
+
+
+def _negatives(mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes):
+    """Each pair's negatives (rows of the pools returned) for its source and its target."""
+    if mega.group is not None:
+        for_source, for_target = _mine_by_group(
+            mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes
+        )
+        pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
+        return for_source, for_target, pool_for_source, pool_for_target
+    negatives = _mine(
+        settings,
+        settings.negatives_from,
+        source_embeddings,
+        target_embeddings,
+        source_hashes,
+        target_hashes,
+    )
+    if settings.negatives_from == "opposite":
+        pool_for_source, pool_for_target = mega.target, mega.source
+    else:
+        pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
+    for_source = negatives.for_source.cpu().numpy()
+    for_target = negatives.for_target.cpu().numpy()
+    return for_source, for_target, pool_for_source, pool_for_target
+
+
+def _forward(model, settings, ids, offsets, n, t_negative_rows, s_negative_rows):
+    """The mini-batch's loss; with the sparse optimizer also the gathered rows and their ids."""
+    device = settings.device
+    rows = unique = None
+    if model.sparse:
+        # one gradient row per distinct piece, not one per token
+        unique, local = torch.unique(ids, return_inverse=True)
+        rows = model.weight.detach().index_select(0, unique).requires_grad_()
+        embeddings = model.forward_rows(rows, local, offsets)
+    else:
+        embeddings = model(ids, offsets)
+    s, t, t_negative, s_negative = embeddings.split(n)
+    if (t_negative_rows < 0).any() or (s_negative_rows < 0).any():
+        t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)
+        s_negative = s_negative * torch.from_numpy(s_negative_rows >= 0).to(device).unsqueeze(1)
+    if settings.loss_dims:
+        loss = nested_margin_loss(s, t, t_negative, s_negative, settings.loss_dims, settings.margin)
+    else:
+        loss = margin_loss(s, t, t_negative, s_negative, settings.margin)
+    return loss, rows, unique

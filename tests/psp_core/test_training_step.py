@@ -28,7 +28,7 @@ from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.tokenizer import flatten_id_lists
 from psp_core.training.data import PairBatch
 from psp_core.training.optim import build_optimizer
-from psp_core.training.steps import StepSettings, train_megabatch
+from psp_core.training.steps import PhaseTimes, StepSettings, train_megabatch
 from psp_core.training_file import TrainingFileWriter
 
 MARGIN = 0.4
@@ -275,9 +275,13 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
     def keep_weights(step, loss):
         weights.append(model.weight.detach().clone())
 
+    times = PhaseTimes()  # timed (benchmarks/train_profile.py): the same steps
     losses = train_megabatch(
-        model, optimizer, case.mega_batch(), settings, first_step=0, on_step=keep_weights
-    )
+        model, optimizer, case.mega_batch(), settings, first_step=0, on_step=keep_weights,
+        times=times,
+    )  # fmt: skip
+    phases = {"encode", "hashes", "mine", "assemble", "forward", "backward", "optimizer"}
+    assert set(times.seconds) == phases and all(v > 0 for v in times.seconds.values())
 
     negatives = oracle_negatives(case, table, case.negatives_from)  # mined once, from the start
     mini_batches = [case.pairs[:2], case.pairs[2:]]

@@ -1,0 +1,223 @@
+"""Where training time goes at the paper's settings (issue 29 part 1), and this machine's ceilings.
+
+The real en-de bitext encoded with the 50k sentencepiece model (the training file of
+``train_speed.py``, 100k pairs), dim 1024, batch 128, the sparse (lazy Adam) optimizer, lr 0.001,
+``torch`` threads ``--threads``. ``psp_core.training.steps.train_megabatch`` runs with its
+:class:`~psp_core.training.steps.PhaseTimes`: for mega-batch 100 (12,800 pairs) and for mega-batch
+1 (128 pairs, the same number of steps), each phase's seconds per 100 steps after one warm-up
+mega-batch (``--megabatches`` measured): data loading (the next pairs from the file), encode
+(the mega-batch's embeddings for mining), hashes, mine, assemble (a mini-batch's ids with its
+negatives), forward, backward, optimizer. Then mining split on one mega-batch of 12,800 pairs
+of the warmed-up model: the bfloat16 block products alone, plain float32 mining, the default
+(bfloat16 screening + float32 re-scoring), bfloat16 mining. Ceilings: matrix product GFLOP/s
+(float32 and bfloat16, the mining block's shape) and memory bandwidth (a large copy).
+
+Prints one JSON object on stdout; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import _common
+import numpy as np
+import train_speed
+
+log = _common.log
+PHASES = ("load", "encode", "hashes", "mine", "assemble", "forward", "backward", "optimizer")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _common.add_model_arguments(parser, batch_size=128)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--megabatches", type=int, default=3, help="measured, after warm-up")
+    parser.add_argument("--pairs", type=int, default=100_000, help="training file size")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="of each mining timing")
+    parser.add_argument("--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def setup(args):
+    import torch
+
+    from psp_core import TrainingFile
+    from psp_core.encoder import MeanEmbeddingEncoder
+    from psp_core.training.optim import build_optimizer
+    from psp_core.training.steps import StepSettings
+
+    torch.set_num_threads(args.threads)
+    spm_file, spm_info = _common.spm_model(args.data_dir, args.results_dir, vocab_size=50_000)
+    path, _ = train_speed.training_file(
+        args.data_dir, args.results_dir, spm_file, spm_info, args.pairs, args.seed, args.threads, {}
+    )
+    data = TrainingFile(path)
+    torch.manual_seed(args.seed)
+    model = MeanEmbeddingEncoder(data.info.vocab_size, args.dim, sparse=True)
+    model.reset_parameters(torch.Generator().manual_seed(args.seed))
+    optimizer = build_optimizer(model, "sparse", 0.001)
+    settings = StepSettings(
+        batch_size=args.batch_size,
+        margin=0.4,
+        grad_clip=5.0,
+        negatives_from="opposite",
+        mining_chunk_rows=512,
+        mining_dtype=torch.float32,
+        mining_screen=None,
+        device=torch.device("cpu"),
+    )
+    return data, model, optimizer, settings
+
+
+def phase_profile(args, data, model, optimizer, settings, megabatch: int) -> dict:
+    """Seconds per 100 steps of each phase, training at a fixed ``megabatch``."""
+    from psp_core.training.data import EpochStream
+    from psp_core.training.steps import PhaseTimes, train_megabatch
+
+    stream = EpochStream(data, seed=args.seed, epoch=0, block_size=100_000)
+    pairs = megabatch * args.batch_size
+    steps_per_call = megabatch
+    calls_warmup = max(1, 100 // steps_per_call) if megabatch < 100 else 1
+    calls = args.megabatches * max(1, 100 // steps_per_call)
+    step = 0
+    times = PhaseTimes()
+    wall = 0.0
+    for call in range(calls_warmup + calls):
+        measured = call >= calls_warmup
+        started = time.perf_counter()
+        load_started = time.perf_counter()
+        mega = stream.take(pairs)
+        load = time.perf_counter() - load_started
+        if len(mega) < pairs:
+            stream = EpochStream(data, seed=args.seed, epoch=call + 1, block_size=100_000)
+            mega = stream.take(pairs)
+        train_megabatch(
+            model, optimizer, mega, settings, first_step=step, times=times if measured else None
+        )
+        step += megabatch
+        if measured:
+            times.seconds["load"] += load
+            wall += time.perf_counter() - started
+    measured_steps = calls * steps_per_call
+    per_100 = {k: round(times.seconds.get(k, 0.0) * 100 / measured_steps, 3) for k in PHASES}
+    per_100["total"] = round(wall * 100 / measured_steps, 3)
+    per_100["other"] = round(per_100["total"] - sum(per_100[k] for k in PHASES), 3)
+    return {
+        "megabatch": megabatch,
+        "measured_steps": measured_steps,
+        "pairs_per_s": round(measured_steps * args.batch_size / wall),
+        "seconds_per_100_steps": per_100,
+    }
+
+
+def mining_split(args, data, model, settings) -> dict:
+    """One 12,800-pair mega-batch of the trained model: the ways to mine it, timed."""
+    import torch
+
+    from psp_core.mining import mine_hard_negatives
+    from psp_core.training.data import EpochStream
+    from psp_core.training.steps import _hashes, encode
+
+    mega = EpochStream(data, seed=args.seed + 1, epoch=0, block_size=100_000).take(12_800)
+    with torch.no_grad():
+        model.eval()
+        source, target = (
+            encode(model, mega.source, settings.device),
+            encode(model, mega.target, settings.device),
+        )
+    hashes = _hashes(mega.source, settings.device), _hashes(mega.target, settings.device)
+
+    def timed(fn) -> float:
+        fn()  # warm-up
+        seconds = []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            fn()
+            seconds.append(time.perf_counter() - started)
+        return round(float(np.median(seconds)), 3)
+
+    unit_s = torch.nn.functional.normalize(source, dim=1)
+    unit_t = torch.nn.functional.normalize(target, dim=1)
+
+    def products(dtype):
+        low_s, low_t = unit_s.to(dtype), unit_t.to(dtype).t().contiguous()
+
+        def run():
+            for start in range(0, len(low_s), 512):
+                _ = low_s[start : start + 512] @ low_t
+
+        return run
+
+    def mine(**kw):
+        return lambda: mine_hard_negatives(source, target, *hashes, negatives_from="opposite", **kw)
+
+    n = len(source)
+    flops = 2 * n * n * source.shape[1]
+    result = {
+        "pairs": n,
+        "product_tflop": round(flops / 1e12, 3),
+        "products_only_float32_s": timed(products(torch.float32)),
+        "products_only_bfloat16_s": timed(products(torch.bfloat16)),
+        "mine_float32_plain_s": timed(mine(screen=False)),
+        "mine_default_s": timed(mine()),
+        "mine_bfloat16_s": timed(mine(dtype=torch.bfloat16)),
+    }
+    return result
+
+
+def ceilings(args) -> dict:
+    import torch
+
+    def gflops(dtype) -> float:
+        a = torch.randn(512, 1024).to(dtype)
+        b = torch.randn(1024, 12_800).to(dtype)
+        for _ in range(3):
+            a @ b
+        started = time.perf_counter()
+        rounds = 20
+        for _ in range(rounds):
+            a @ b
+        seconds = time.perf_counter() - started
+        return round(2 * 512 * 1024 * 12_800 * rounds / seconds / 1e9, 1)
+
+    big = torch.empty(64 * 1024 * 1024, dtype=torch.float32).fill_(1.0)  # 256 MiB
+    out = torch.empty_like(big)
+    out.copy_(big)
+    started = time.perf_counter()
+    rounds = 10
+    for _ in range(rounds):
+        out.copy_(big)
+    seconds = time.perf_counter() - started
+    return {
+        "matmul_float32_gflops": gflops(torch.float32),
+        "matmul_bfloat16_gflops": gflops(torch.bfloat16),
+        "copy_gb_per_s": round(2 * big.numel() * 4 * rounds / seconds / 1e9, 1),
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    _common.setup_logging(args.verbose)
+    if _common.require_data(args.data_dir, "bitext", "en-de") is None:
+        return 0
+    result: dict = {"machine": _common.machine_info(), "threads": args.threads}
+    result["ceilings"] = ceilings(args)
+    log.info("ceilings: %s", result["ceilings"])
+    data, model, optimizer, settings = setup(args)
+    result["megabatch_100"] = phase_profile(args, data, model, optimizer, settings, 100)
+    log.info("mega-batch 100: %s", result["megabatch_100"])
+    result["megabatch_1"] = phase_profile(args, data, model, optimizer, settings, 1)
+    log.info("mega-batch 1: %s", result["megabatch_1"])
+    result["mining_12800"] = mining_split(args, data, model, settings)
+    log.info("mining: %s", result["mining_12800"])
+    result["loadavg_end"] = _common.loadavg()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
