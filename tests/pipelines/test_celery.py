@@ -5,6 +5,7 @@ one way real clusters do while it holds ``long_step`` (``tests/pipelines/celery_
 
 * killed whole (``kill -9`` of its process group: no one reports) or only its pool process
   (Celery reports ``WorkerLostError``): the step is retried on a live worker;
+* only its main process killed: the orphaned pool process stops itself, the step is retried;
 * killed and restarted at once under the same name: the retry runs there;
 * killed, then the run stopped: the run ends in bounded time;
 * its main process paused (the pool process runs on): the step finishes there, no retry;
@@ -140,6 +141,20 @@ def _retried_once_and_succeeded(cluster: Cluster, *reasons: str) -> None:
     assert any(reason in output for reason in reasons), reasons
     assert "RUN_SUCCESS" in output
     assert not (cluster.attempts / "attempt-3.json").exists()  # retried once, not twice
+
+
+def test_a_pool_process_whose_worker_died_stops_itself(cluster):
+    """``kill -9`` of the worker's main process alone: its pool process (non-daemonic, so that
+    steps may start processes) would train on unwatched beside the retry; it stops itself."""
+    cluster.worker("worker-1")
+    cluster.worker("worker-2")
+    cluster.start_run()
+    victim = cluster.attempt(1)
+    os.kill(cluster.services.started[victim["worker"]].pid, signal.SIGKILL)
+    cs.wait_for(lambda: not _alive(victim["pid"]), "the orphaned pool process to stop", 5)
+    assert cluster.finish() == 0, cluster.output()[-4000:]
+    assert cluster.attempt(2)["worker"] != victim["worker"]
+    _retried_once_and_succeeded(cluster, "stopped renewing its lease")
 
 
 @pytest.mark.parametrize("what", ["worker", "pool process"])
