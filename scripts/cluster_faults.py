@@ -47,9 +47,8 @@ from cluster_runs import (
 
 LANG = "de"
 STOP_WITHIN_S = 60
-TRAINING_EPOCHS = (
-    200  # the smoke profile trains an epoch in about 0.06 s: 200 for a fault to land in
-)
+# the smoke profile trains an epoch in about 0.06 s: 200 epochs for a fault to land in
+TRAINING_EPOCHS = 200
 INPUTS_LOADED_S = 2.0  # from the step's start on its worker to its training (inputs loaded)
 
 
