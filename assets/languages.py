@@ -184,11 +184,12 @@ class MultiSpec:
     """The multilingual model: one vocabulary and one model for the pairs of ``languages``
     (empty: every usable language of the registry), each language's pairs drawn with
     probability proportional to ``n ** sampling_alpha``; ``pretokenizer`` applies to every
-    sentence (``rjieba_han``: jieba on Chinese-script runs only)."""
+    sentence (default ``none``: raw text, Chinese too; ``rjieba_han``: jieba on Chinese-script
+    runs only)."""
 
     languages: tuple[str, ...] = ()
     sampling_alpha: float = DEFAULT_SAMPLING_ALPHA
-    pretokenizer: str = "rjieba_han"
+    pretokenizer: str = "none"
     sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
     training: Mapping[str, Any] = field(default_factory=dict)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
@@ -432,7 +433,7 @@ def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) ->
     alpha = table.get("sampling_alpha", DEFAULT_SAMPLING_ALPHA)
     if not isinstance(alpha, int | float) or not 0.0 <= alpha <= 1.0:
         raise RegistryError(f"{where}: sampling_alpha must be a number in [0, 1], got {alpha!r}")
-    pretokenizer = table.get("pretokenizer", "rjieba_han")
+    pretokenizer = table.get("pretokenizer", "none")
     if pretokenizer not in PRETOKENIZERS:
         raise RegistryError(f"{where}: pretokenizer must be one of {PRETOKENIZERS}")
     training = {**defaults.get("training", {}), **_table(table.get("training", {}), where)}

@@ -352,9 +352,19 @@ def test_every_stage_module_defines_one_asset() -> None:
     assert len(ASSET_MODULES) == len(STAGES) + 2  # and the multilingual model, the scoreboard
 
 
+@pytest.mark.parametrize("pretokenizer", ["none", "rjieba"])
 def test_chinese_is_segmented_and_the_bundle_records_its_segmenter(
-    opus_server: OpusServer, tmp_path: Path
+    opus_server: OpusServer, tmp_path: Path, monkeypatch, pretokenizer: str
 ) -> None:
+    """The shipped default trains sentencepiece on raw Chinese text; ``rjieba`` (the paper's
+    jieba segmentation, still a registry setting) segments first, in worker processes."""
+    if pretokenizer != "none":  # the shipped registry with zh's pre-tokenizer changed
+        text = (ROOT / "assets" / "languages.toml").read_text()
+        at = text.index('pretokenizer = "none"', text.index("[languages.zh]"))
+        text = text[:at] + f'pretokenizer = "{pretokenizer}"' + text[at + 21 :]
+        registry = tmp_path / "languages.toml"
+        registry.write_text(text)
+        monkeypatch.setenv("PSP_LANGUAGES", str(registry))
     corpora = [("OpenSubtitles", "v2018", "zh_cn"), ("Tanzil", "v1", "zh")]
     corpora += [("GlobalVoices", "v2017q3", "zhs"), ("MultiUN", "v1", "zh")]
     for seed, (corpus, version, code) in enumerate(corpora):
@@ -370,9 +380,13 @@ def test_chinese_is_segmented_and_the_bundle_records_its_segmenter(
     )
     assert result.success
     assert metadata_of(result, "raw_pairs")["pairs_out"] == 320
-    assert metadata_of(result, "deduplicated_pairs")["pretokenizer"] == "rjieba"
+    assert metadata_of(result, "deduplicated_pairs")["pretokenizer"] == pretokenizer
     pairs = list(iter_pairs(tmp_path / "storage" / "zh" / "deduplicated_pairs" / "pairs.parquet"))
-    assert pairs and all(" " in chinese for _, chinese in pairs)  # rjieba put spaces in
+    spaced = [" " in chinese for _, chinese in pairs]
+    if pretokenizer == "none":  # the generated Chinese has no spaces of its own
+        assert pairs and not any(spaced)
+    else:
+        assert pairs and all(spaced)  # rjieba put spaces in
     model = load_model(tmp_path / "storage" / "zh" / "psp_model" / "model")
-    assert model.config.pretokenizer == "rjieba"
+    assert model.config.pretokenizer == pretokenizer
     assert model.config.languages == ["en", "zh"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from dagster import materialize
@@ -45,6 +46,10 @@ REGISTRY = (
 source = "opus"
 pretokenizer = "rjieba"
 corpora = [{ name = "Tanzil", version = "v1" }]
+
+# jieba on Han runs, a registry setting (the default is raw text): its path through the pipeline
+[multi]
+pretokenizer = "rjieba_han"
 """
 )
 
@@ -166,3 +171,36 @@ def test_the_multilingual_model_from_the_languages_own_outputs(world: dict) -> N
         e.materialization.metadata["reused"].value for e in again.get_asset_materialization_events()
     ]
     assert reused == [True] * len(MULTI)
+
+
+def test_the_raw_text_multilingual_model_exports_from_its_config(world: dict, tmp_path) -> None:
+    """The shipped default (Chinese as raw text, no [multi] pretokenizer): ``exports`` in
+    multi_psp_model's config writes both formats, which embed Chinese, German and English as
+    psp_core does (issue 26 part 4)."""
+    pytest.importorskip("sentence_transformers", reason="the export extra is not installed")
+    pytest.importorskip("model2vec", reason="the export extra is not installed")
+    from model2vec import StaticModel
+    from sentence_transformers import SentenceTransformer
+
+    registry = tmp_path / "languages.toml"
+    registry.write_text(REGISTRY.replace('pretokenizer = "rjieba"\n', "").split("\n# jieba")[0])
+    assert load_registry().multi.pretokenizer == "none"
+    resources, root = world["resources"], world["root"]
+    for code in ("de", "en", "zh"):
+        assert materialize(assets(*PREPARE), partition_key=code, resources=resources).success
+    formats = ["sentence-transformers", "model2vec"]
+    config = {**SMOKE, "ops": {"multi_psp_model": {"config": {"exports": formats}}}}
+    names = [name for name in MULTI if name != "multi_evaluation"]
+    assert materialize(assets(*names), resources=resources, run_config=config).success
+    model = load_model(root / "multi" / "psp_model" / "model")
+    assert model.config.pretokenizer == "none"
+    english, chinese = english_chinese(30, seed=9)
+    sentences = english + chinese + ["Ein Mann spielt Gitarre.", "中文 and English 混合"]
+    expected = model.embed(sentences)
+    exports = root / "multi" / "psp_model" / "exports"
+    st = SentenceTransformer(str(exports / formats[0]), device="cpu", local_files_only=True)
+    m2v = StaticModel.from_pretrained(exports / formats[1])
+    for vectors in (st.encode(sentences, convert_to_numpy=True), m2v.encode(sentences)):
+        norms = np.linalg.norm(expected, axis=1) * np.linalg.norm(vectors, axis=1)
+        cosines = np.einsum("ij,ij->i", expected, vectors) / np.maximum(norms, 1e-30)
+        assert (cosines >= 0.9999).all(), cosines.min()

@@ -34,7 +34,7 @@ def test_shipped_registry_has_the_papers_languages_sources_and_defaults() -> Non
         assert [c.opus_code(code) for c in spec.corpora] == [
             c.opus_code(code) for c in paper_corpora(code)
         ]
-    assert registry["zh"].pretokenizer == "rjieba"
+    assert registry["zh"].pretokenizer == "none"  # raw text: benchmarks/README.md
     assert registry["de"].pretokenizer == "none"
     assert registry["de"].train_config() == TrainConfig()  # the paper's hyperparameters
     assert registry["de"].train_config(dim=32).dim == 32
@@ -282,10 +282,10 @@ def test_a_broken_language_leaves_the_others_runnable(
 def test_the_multilingual_model_is_a_registry_setting() -> None:
     shipped = load_registry()
     assert shipped.multi_languages() == PAPER_LANGUAGES  # default: every language
-    assert shipped.multi.pretokenizer == "rjieba_han"
+    assert shipped.multi.pretokenizer == "none"
     assert shipped.multi.sentencepiece.vocab_size == 50_000  # the paper's shared vocabulary
     spec = shipped.multi.as_language()
-    assert (spec.code, spec.kind, spec.pretokenizer) == ("multi", "mixed", "rjieba_han")
+    assert (spec.code, spec.kind, spec.pretokenizer) == ("multi", "mixed", "none")
     chosen = parse_registry(
         VALID_PT
         + '[languages.is]\nsource = "local"\nlocal_dir = "/x"\n'
