@@ -129,7 +129,10 @@ class StepLease:
         ]
 
     def start(self) -> StepLease:
-        self._beat()  # the first beat before the step's work
+        try:
+            self._beat()  # the first beat before the step's work
+        except Exception as error:  # the backend is away: the watchdog decides when to stop
+            log.warning("could not take the lease of task %s: %s", self.task_id, error)
         for thread in self.threads:
             thread.start()
         return self
