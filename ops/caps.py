@@ -78,6 +78,21 @@ class SmallestKeys:
         return threshold, self.k - int((self._kept < threshold).sum())
 
 
+def below_cut(
+    keys: np.ndarray, cut: tuple[int, int] | None, equal_left: int
+) -> tuple[np.ndarray, int]:
+    """Which of ``keys`` a :meth:`SmallestKeys.cut` keeps, streaming: those below its threshold
+    and, while ``equal_left`` lasts, those equal to it (ties of 64-bit keys, the first in file
+    order). Returns the mask and the ties still to keep in later batches."""
+    if cut is None:
+        return np.ones(len(keys), dtype=bool), 0
+    threshold = np.uint64(cut[0])
+    chosen = keys < threshold
+    ties = np.flatnonzero(keys == threshold)[:equal_left]
+    chosen[ties] = True
+    return chosen, equal_left - len(ties)
+
+
 @dataclass
 class CapReport(StageReport):
     """A :class:`StageReport` with each corpus's pairs in (``passing``), cap and kept."""
@@ -141,10 +156,7 @@ def cap_corpora(
                 if not len(rows):
                     continue
                 keys = sample_keys(batch.take(pa.array(rows)), seed)
-                chosen = keys < np.uint64(cut[0])
-                ties = np.flatnonzero(keys == np.uint64(cut[0]))[: equal_left[name]]
-                chosen[ties] = True
-                equal_left[name] -= len(ties)
+                chosen, equal_left[name] = below_cut(keys, cut, equal_left[name])
                 keep[rows[~chosen]] = False
             for name, count in _value_counts(corpus.filter(pa.array(keep))).items():
                 kept[name] = kept.get(name, 0) + count

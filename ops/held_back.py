@@ -9,8 +9,9 @@ training too (``shares_a_held_back_sentence``), not only the held-back pair itse
 
 Three streaming passes over the input: the ``k`` smallest seeded pair keys (the same keys as the
 corpus caps, :mod:`ops.caps`: a sample independent of the file's order), the held-back pairs
-written out with their sentences collected (``k`` at most 2,000: a few hundred kB), then the
-training pairs written without them.
+written out with their rows and sentences collected (``k`` at most 2,000: a few hundred kB),
+then the training pairs written without them (the pairs are hashed in the first two passes
+only).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.caps import SmallestKeys, sample_keys
+from ops.caps import SmallestKeys, below_cut, sample_keys
 from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
 from ops.stage_report import StageReport
 
@@ -55,20 +56,27 @@ def hold_back(
     cut = smallest.cut()
     report = StageReport("hold_back")
     sentences: set[str] = set()
+    held_rows = []  # row numbers in the file of the held-back pairs
     with PairWriter.like(input, dev_output) as dev:
         equal_left = cut[1] if cut else 0
+        start = 0
         for batch in iter_pair_batches(input):
-            chosen, equal_left = _chosen(sample_keys(batch, seed), cut, equal_left)
+            chosen, equal_left = below_cut(sample_keys(batch, seed), cut, equal_left)
             held = batch.filter(pa.array(chosen))
             dev.write_batch(held)
             sentences.update(held.column("src").to_pylist())
             sentences.update(held.column("tgt").to_pylist())
+            held_rows.append(np.flatnonzero(chosen) + start)
+            start += batch.num_rows
+    held_rows = np.concatenate(held_rows) if held_rows else np.empty(0, dtype=np.int64)
     value_set = pa.array(sorted(sentences), type=pa.string())
     with PairWriter.like(input, train_output) as train:
-        equal_left = cut[1] if cut else 0
         for batch in iter_pair_batches(input):
-            report.n_in += batch.num_rows
-            chosen, equal_left = _chosen(sample_keys(batch, seed), cut, equal_left)
+            start, stop = report.n_in, report.n_in + batch.num_rows
+            low, high = np.searchsorted(held_rows, [start, stop])  # (sorted: file order)
+            chosen = np.zeros(batch.num_rows, dtype=bool)
+            chosen[held_rows[low:high] - start] = True
+            report.n_in = stop
             shares = pc.or_(
                 pc.is_in(batch.column("src"), value_set=value_set),
                 pc.is_in(batch.column("tgt"), value_set=value_set),
@@ -79,16 +87,3 @@ def hold_back(
             report.drop("held_back", int(chosen.sum()))
             report.drop("shares_a_held_back_sentence", int((shares & ~chosen).sum()))
     return report.finish()
-
-
-def _chosen(keys: np.ndarray, cut: tuple[int, int] | None, equal_left: int):
-    """Which of ``keys`` are held back: below the threshold, or equal to it while ``equal_left``
-    lasts (ties of 64-bit keys: the first ones in file order)."""
-    if cut is None:
-        return np.ones(len(keys), dtype=bool), 0
-    threshold, _ = cut
-    chosen = keys < np.uint64(threshold)
-    equal = np.flatnonzero(keys == np.uint64(threshold))
-    take = equal[:equal_left]
-    chosen[take] = True
-    return chosen, equal_left - len(take)
