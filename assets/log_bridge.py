@@ -29,6 +29,18 @@ class _DagsterHandler(logging.Handler):
             self.handleError(record)
 
 
+def to_current_step(message: str, level: int = logging.INFO) -> None:
+    """Say ``message`` in the log of the Dagster step running now, if any (outside a step: a
+    script, a benchmark, nothing is said there)."""
+    try:
+        from dagster import AssetExecutionContext
+
+        context = AssetExecutionContext.get()
+    except Exception:
+        return
+    context.log.log(level, message)
+
+
 @contextmanager
 def logs_to_dagster(
     dagster_log: logging.Logger, logger_name: str = "psp_core", level: int = logging.INFO

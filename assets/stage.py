@@ -12,6 +12,7 @@ starts by removing the temporary files a killed run of it left behind (:mod:`psp
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from assets.log_bridge import to_current_step
 from assets.resources import StorageResource
 from ops.memory import release_free_memory
 from psp_core.file_lock import exclusive_lock
@@ -41,18 +43,6 @@ def fingerprint(**inputs: Any) -> str:
     """A stable hash of JSON-able ``inputs`` (keys sorted)."""
     blob = json.dumps(inputs, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
-
-
-def _run_log(message: str) -> None:
-    """Say ``message`` in the Dagster run's log too, inside an asset's execution (the step of a
-    run whose every stage was reused says so, where the user looks)."""
-    try:
-        from dagster import AssetExecutionContext
-
-        context = AssetExecutionContext.get()
-    except Exception:  # not inside a Dagster step (a script, a benchmark)
-        return
-    context.log.info(message)
 
 
 @dataclass(frozen=True)
@@ -125,14 +115,7 @@ class Stage:
         """The existing manifest if it has this fingerprint and its outputs exist."""
         manifest = read_manifest(self.directory)
         if manifest and manifest.fingerprint == fingerprint and manifest.complete():
-            return Manifest(
-                manifest.directory,
-                manifest.fingerprint,
-                manifest.outputs,
-                manifest.record,
-                True,
-                manifest.written_at,
-            )
+            return dataclasses.replace(manifest, reused=True)
         return None
 
     def invalidate(self) -> None:
@@ -190,7 +173,7 @@ class Stage:
                     f"{manifest.directory}"
                 )
                 log.info(message)
-                _run_log(message)
+                to_current_step(message)  # where the user looks: the step's own log
                 return manifest
             self.invalidate()
             outputs, record = compute()
