@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.tokenizer import flatten_id_lists
+from psp_core.training.config import TrainConfig
 from psp_core.training.data import PairBatch
 from psp_core.training.optim import build_optimizer
 from psp_core.training.steps import StepSettings, train_megabatch
@@ -74,16 +75,8 @@ def training_speed(args: argparse.Namespace, device: torch.device) -> dict:
     model.reset_parameters(torch.Generator().manual_seed(1))
     model.to(device)
     optimizer = build_optimizer(model, args.optimizer, 0.001)
-    settings = StepSettings(
-        batch_size=args.batch_size,
-        margin=0.4,
-        grad_clip=5.0,
-        negatives_from="opposite",
-        mining_chunk_rows=512,
-        mining_dtype=torch.float32,
-        mining_screen=None,
-        device=device,
-    )
+    config = TrainConfig(batch_size=args.batch_size)  # the paper's margin, clip and mining
+    settings = StepSettings.from_config(config, device=device, negatives_from="opposite")
     pairs = args.batch_size * args.megabatch
     batches = [pair_batch(rng, args.vocab_size, pairs) for _ in range(args.megabatches + 1)]
     train_megabatch(model, optimizer, batches[0], settings, first_step=0)  # warm-up

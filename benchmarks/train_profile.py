@@ -45,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def setup(args):
     import torch
 
-    from psp_core import TrainingFile
+    from psp_core import TrainConfig, TrainingFile
     from psp_core.encoder import MeanEmbeddingEncoder
     from psp_core.training.optim import build_optimizer
     from psp_core.training.steps import StepSettings
@@ -60,15 +60,9 @@ def setup(args):
     model = MeanEmbeddingEncoder(data.info.vocab_size, args.dim, sparse=True)
     model.reset_parameters(torch.Generator().manual_seed(args.seed))
     optimizer = build_optimizer(model, "sparse", 0.001)
-    settings = StepSettings(
-        batch_size=args.batch_size,
-        margin=0.4,
-        grad_clip=5.0,
-        negatives_from="opposite",
-        mining_chunk_rows=512,
-        mining_dtype=torch.float32,
-        mining_screen=None,
-        device=torch.device("cpu"),
+    config = TrainConfig(batch_size=args.batch_size)  # the paper's margin, clip and mining
+    settings = StepSettings.from_config(
+        config, device=torch.device("cpu"), negatives_from="opposite"
     )
     return data, model, optimizer, settings
 

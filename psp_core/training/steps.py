@@ -6,7 +6,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +16,7 @@ from psp_core.csr import TokenBatch
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.loss import margin_loss, nested_margin_loss
 from psp_core.mining import mine_hard_negatives, sentence_hashes
+from psp_core.training.config import TrainConfig
 from psp_core.training.data import PairBatch
 from psp_core.training.distributed import DistributedContext
 from psp_core.training.optim import clip_gradient_norm
@@ -44,6 +45,25 @@ class StepSettings:
     group_rules: tuple[str, ...] = ()
     group_keys: tuple[int, ...] = ()
 
+    @classmethod
+    def from_config(
+        cls, config: TrainConfig, *, device: torch.device, negatives_from: str, **more
+    ) -> StepSettings:
+        """The step settings of a :class:`TrainConfig` (its mining precision as a dtype and a
+        screen choice); ``more``: ``distributed``, ``group_rules``, ``group_keys``."""
+        return cls(
+            batch_size=config.batch_size,
+            margin=config.margin,
+            grad_clip=config.grad_clip,
+            negatives_from=negatives_from,
+            mining_chunk_rows=config.mining_chunk_rows,
+            mining_dtype=torch.bfloat16 if config.mining_dtype == "bfloat16" else torch.float32,
+            mining_screen=False if config.mining_dtype == "float32-plain" else None,
+            device=device,
+            loss_dims=config.matryoshka_dims or (),
+            **more,
+        )
+
 
 class PhaseTimes:
     """Seconds spent per phase of :func:`train_megabatch`, summed over calls (what
@@ -61,11 +81,6 @@ class PhaseTimes:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - started
-
-
-@contextmanager
-def _untimed(_name: str):
-    yield
 
 
 def encode(model: MeanEmbeddingEncoder, batch: TokenBatch, device: torch.device) -> torch.Tensor:
@@ -146,7 +161,7 @@ def train_megabatch(
     """
     device = settings.device
     distributed = settings.distributed
-    phase = times.phase if times is not None else _untimed
+    phase = times.phase if times is not None else (lambda _name: nullcontext())
     model.eval()
     with torch.no_grad(), phase("encode"):
         source_embeddings = encode(model, mega.source, device)

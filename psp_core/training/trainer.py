@@ -218,17 +218,11 @@ def train(
             state = TrainingState()
 
         schedule = MegabatchSchedule(config.max_megabatch, config.anneal_every)
-        settings = StepSettings(
-            batch_size=config.batch_size,
-            margin=config.margin,
-            grad_clip=config.grad_clip,
-            negatives_from=negatives_from,
-            mining_chunk_rows=config.mining_chunk_rows,
-            mining_dtype=torch.bfloat16 if config.mining_dtype == "bfloat16" else torch.float32,
-            mining_screen=False if config.mining_dtype == "float32-plain" else None,
+        settings = StepSettings.from_config(
+            config,
             device=device,
+            negatives_from=negatives_from,
             distributed=distributed,
-            loss_dims=config.matryoshka_dims or (),
             group_rules=group_rules,
             group_keys=group_keys,
         )
