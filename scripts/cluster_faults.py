@@ -24,7 +24,6 @@ a real training. Each returns an object with ``ok`` and what was seen:
 
 from __future__ import annotations
 
-import errno
 import json
 import secrets
 import shutil
@@ -34,7 +33,6 @@ from pathlib import Path
 
 import cluster_services as cs
 from cluster_runs import (
-    TERMINAL,
     TRAINING_STEP,
     instance,
     overlap_ok,
@@ -43,7 +41,10 @@ from cluster_runs import (
     runs_of,
     step_attempts,
     training_windows,
+    wait_for_runs,
 )
+
+from tests.psp_core.filesystems import fill_up
 
 LANG = "de"
 STOP_WITHIN_S = 60
@@ -82,19 +83,10 @@ class FaultRuns:
         self.runs.append(run)
         return run
 
-    def refresh(self, run):
-        with instance() as dagster:
-            return dagster.get_run_by_id(run.run_id)
-
     def finish(self, run, timeout: float | None = None):
-        deadline = time.monotonic() + (timeout or self.timeout)
-        while True:
-            run = self.refresh(run)
-            if run.status.value in TERMINAL:
-                return run
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"run {run.run_id} still {run.status.value}")
-            time.sleep(0.5)
+        """``run`` once it has ended."""
+        tag = {"psp/fault": run.tags["psp/fault"]}
+        return wait_for_runs(tag, 1, timeout or self.timeout)[0]
 
     def training_on(self, run, attempt: int = 1, settle: float = INPUTS_LOADED_S) -> str:
         """The worker (name) running the ``attempt``-th try of the training step, once it runs
@@ -112,15 +104,6 @@ class FaultRuns:
 
         children = psutil.Process(self.cluster.services.started[worker].pid).children()
         return children[0].pid
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _outcome(runs: FaultRuns, run) -> dict:
@@ -186,7 +169,7 @@ def _stop_under(runs: FaultRuns, how: str) -> dict:
         else:
             cluster.services.resume(victim, whole_group=True)
     resumed = time.monotonic()
-    while _alive(copy) and time.monotonic() - resumed < 10:
+    while cs.alive(copy) and time.monotonic() - resumed < 10:
         time.sleep(0.05)
     left = _processes_mentioning(run.run_id)
     return {
@@ -194,12 +177,12 @@ def _stop_under(runs: FaultRuns, how: str) -> dict:
         and ended_s <= STOP_WITHIN_S
         and slot_free
         and not left
-        and not _alive(copy),
+        and not cs.alive(copy),
         "worker": victim,
         "status": run.status.value,
         "ended_after_s": ended_s,
         "training_slot_free_after_end": slot_free,
-        "step_process_left": _alive(copy),
+        "step_process_left": cs.alive(copy),
         "run_processes_left": left,
     }
 
@@ -248,7 +231,7 @@ def paused_worker(runs: FaultRuns) -> dict:
     finally:
         cluster.services.resume(victim, whole_group=True)
     resumed = time.monotonic()
-    while _alive(copy) and time.monotonic() - resumed < 10:
+    while cs.alive(copy) and time.monotonic() - resumed < 10:
         time.sleep(0.02)
     copy_stopped_s = round(time.monotonic() - resumed, 2)
     whole = _outcome(runs, run) | {"worker": victim, "retry_on": retry_on}
@@ -259,7 +242,7 @@ def paused_worker(runs: FaultRuns) -> dict:
         whole["status"] == "SUCCESS"
         and whole["retried"] == [TRAINING_STEP]
         and retry_on != victim
-        and not _alive(copy)
+        and not cs.alive(copy)
         and copy_stopped_s < 2.0
         and materializations == 1
     )
@@ -339,13 +322,13 @@ def disk_full(runs: FaultRuns, size_mib: int = 256) -> dict:
     if mounted.returncode != 0:
         reason = mounted.stderr.strip() or "mount failed"
         return {"ok": True, "skipped": f"cannot mount a tmpfs here (needs root): {reason}"}
-    filler = mountpoint / "filler"
+    filler = mountpoint / "filler"  # fill_up's
     try:
         shutil.copytree(runs.root, mountpoint / "root", symlinks=True)  # everything but training
         root = mountpoint / "root"
         run = runs.launch("disk_full", root=root)
         runs.training_on(run)
-        _fill(filler)
+        filler = fill_up(mountpoint)
         full = _outcome(runs, run)
         full["error"] = _failure_message(run)
         filler.unlink()
@@ -363,16 +346,6 @@ def disk_full(runs: FaultRuns, size_mib: int = 256) -> dict:
     finally:
         filler.unlink(missing_ok=True)
         subprocess.run(["umount", "-l", str(mountpoint)], check=False)
-
-
-def _fill(filler: Path) -> None:
-    with open(filler, "wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(b"\0" * (1 << 20))
-        except OSError as error:
-            if error.errno != errno.ENOSPC:
-                raise
 
 
 def _failure_message(run) -> str:
@@ -419,7 +392,7 @@ def run_faults(cluster, job: str, timeout: float, lost_after: float, names=None)
             summary[name] = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         summary[name]["elapsed_s"] = round(time.monotonic() - started, 1)
         print(f"fault {name}: {json.dumps(summary[name])}", flush=True)
-    windows = training_windows([runs.refresh(r) for r in runs.runs], by_run=True)
+    windows = training_windows(runs.runs, by_run=True)
     # a run that reused a training reports that training's window again: count each once
     distinct = {f"{start}-{end}": [start, end] for start, end in windows.values()}
     summary["training_windows"] = len(distinct)

@@ -133,15 +133,26 @@ class Services:
         return left
 
 
+def _stat_fields(stat: Path) -> list[str] | None:
+    """The fields of a ``/proc/PID/stat`` after the command (state, ppid, pgrp, ...)."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie has)."""
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return fields is not None and fields[0] != "Z"
+
+
 def _group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes of process group ``pgid``."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = _stat_fields(stat)
+        if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(stat.parent.name))
     return members
 

@@ -151,7 +151,7 @@ def test_a_pool_process_whose_worker_died_stops_itself(cluster):
     cluster.start_run()
     victim = cluster.attempt(1)
     os.kill(cluster.services.started[victim["worker"]].pid, signal.SIGKILL)
-    cs.wait_for(lambda: not _alive(victim["pid"]), "the orphaned pool process to stop", 5)
+    cs.wait_for(lambda: not cs.alive(victim["pid"]), "the orphaned pool process to stop", 5)
     assert cluster.finish() == 0, cluster.output()[-4000:]
     assert cluster.attempt(2)["worker"] != victim["worker"]
     _retried_once_and_succeeded(cluster, "stopped renewing its lease")
@@ -237,7 +237,7 @@ def test_a_paused_worker_never_runs_beside_the_retry_of_its_step(cluster):
     assert second["worker"] != first["worker"]
     time.sleep(1.0)
     cluster.services.resume(first["worker"], whole_group=True)
-    cs.wait_for(lambda: not _alive(first["pid"]), "the paused copy to stop", 10)
+    cs.wait_for(lambda: not cs.alive(first["pid"]), "the paused copy to stop", 10)
     assert cluster.finish() == 0, cluster.output()[-4000:]
     last_stamp = float((cluster.attempts / "attempt-1.alive").read_text())
     assert last_stamp < second["started"], "the paused copy ran after its retry had started"
@@ -263,12 +263,3 @@ def test_a_worker_killed_before_it_started_the_step_loses_it_to_a_live_one(clust
     assert cluster.attempt(1)["worker"] == "worker-2"
     output = cluster.output()
     assert "STEP_UP_FOR_RETRY" in output and "received it, then stopped answering" in output
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
