@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 from psp_core.registry import (
-    DEFAULT_STORAGE_ROOTS,
+    NO_STORAGE_ROOT,
     STORAGE_ENV,
+    STORAGE_ROOT_HELP,
     VERSIONS,
     ModelRegistry,
     RegistryError,
@@ -31,8 +32,7 @@ def add_models_parser(commands) -> None:
     )
     where.add_argument(
         "--storage-root",
-        help=f"the pipeline's storage root (default: ${STORAGE_ENV}, else "
-        f"{' or '.join(DEFAULT_STORAGE_ROOTS)} if there)",
+        help=STORAGE_ROOT_HELP,
     )
     listing = actions.add_parser("list", parents=[where], help="versions, scores, the promoted")
     listing.add_argument("--json", action="store_true", help="one JSON object instead of a table")
@@ -58,7 +58,7 @@ def open_registry(args: argparse.Namespace) -> ModelRegistry:
         if root is None:
             raise RegistryError(
                 f"{args.language!r}: give --storage-root or set {STORAGE_ENV}, or name a "
-                f"registry folder (no {' or '.join(DEFAULT_STORAGE_ROOTS)} here)"
+                f"registry folder ({NO_STORAGE_ROOT})"
             )
         folder = language_registry(root, args.language)
     if not (folder / VERSIONS).is_dir() and not (folder / "model").is_dir():

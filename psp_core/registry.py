@@ -63,6 +63,12 @@ STORAGE_ENV = "PSP_STORAGE_ROOT"
 #: where storage is when neither a flag nor PSP_STORAGE_ROOT says: make run's, then the Dagster
 #: resource's default, relative to the current directory
 DEFAULT_STORAGE_ROOTS = ("runs/psp_data", "psp_data")
+#: what the commands that take ``--storage-root`` say of it
+STORAGE_ROOT_HELP = (
+    f"the pipeline's storage root (default: ${STORAGE_ENV}, else "
+    f"{' or '.join(DEFAULT_STORAGE_ROOTS)} if there)"
+)
+NO_STORAGE_ROOT = f"no {' or '.join(DEFAULT_STORAGE_ROOTS)} here"
 
 
 def storage_root(given: str | None = None) -> Path | None:

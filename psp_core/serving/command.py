@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from psp_core.registry import DEFAULT_STORAGE_ROOTS, STORAGE_ENV, storage_root
+from psp_core.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_HELP, storage_root
 from psp_core.serving.limits import Limits
 
 
@@ -19,8 +19,7 @@ def add_serve_parser(commands) -> None:
     )
     serve.add_argument(
         "--storage-root",
-        help=f"the pipeline's storage root (default: ${STORAGE_ENV}, else "
-        f"{' or '.join(DEFAULT_STORAGE_ROOTS)} if there)",
+        help=STORAGE_ROOT_HELP,
     )
     serve.add_argument(
         "--model",
@@ -55,8 +54,8 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
     root = storage_root(args.storage_root)
     if root is None:
         raise ValueError(
-            f"give --storage-root, set {STORAGE_ENV}, or name models with --model (no "
-            f"{' or '.join(DEFAULT_STORAGE_ROOTS)} here)"
+            f"give --storage-root, set {STORAGE_ENV}, or name models with --model "
+            f"({NO_STORAGE_ROOT})"
         )
     from psp_core.serving.models import discover
 
