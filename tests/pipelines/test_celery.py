@@ -253,6 +253,7 @@ def test_a_worker_killed_before_it_started_the_step_loses_it_to_a_live_one(clust
         app="tests.pipelines.slow_start_worker",
         PSP_TEST_START_DELAY="60",
         PSP_TEST_ACCEPTED_MARKER=str(accepted),
+        PSP_TEST_DELAY_STEPS="long_step",  # the step keys read from the task, as the e2e does
     )
     cluster.start_run()
     cs.wait_for(accepted.exists, "the slow worker to accept long_step", 120)
