@@ -11,11 +11,11 @@ from __future__ import annotations
 from dagster import Config
 from pydantic import Field
 
+from assets.null_defaults import NullMeansDefault, null_default
 
-class StageConfig(Config):
-    force: bool = Field(
-        default=False, description="Recompute even if inputs and settings are unchanged."
-    )
+
+class StageConfig(Config, NullMeansDefault):
+    force: bool | None = null_default(False, "Recompute even if inputs and settings are unchanged.")
 
 
 class RawPairsConfig(StageConfig):
@@ -56,7 +56,7 @@ class MultiPairsConfig(StageConfig):
 
 
 class TrainingDataConfig(StageConfig):
-    seed: int = Field(default=1, description="Seeds the shuffle of the packed pairs.")
+    seed: int | None = null_default(1, "Seeds the shuffle of the packed pairs.")
 
 
 class TrainingConfig(StageConfig):

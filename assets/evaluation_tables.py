@@ -8,6 +8,8 @@ from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
+from psp_core.evaluation.results import PAPER_STS17, PAPER_TATOEBA
+
 
 def _round(value: Any, digits: int = 1) -> float | None:
     return None if value is None else round(float(value), digits)
@@ -131,3 +133,127 @@ def evaluation_tables(summary: Mapping[str, Any]) -> dict[str, MetadataValue]:
     if summary["tatoeba"]:
         tables["tatoeba"] = tatoeba_table(summary["tatoeba"], paper["tatoeba"])
     return tables
+
+
+#: the scoreboard: one short row per language, its details in the tables below it
+SCOREBOARD_COLUMNS = TableSchema(
+    columns=[
+        TableColumn("lang", "string"),
+        TableColumn("sts_mean", "float", description="STS mean Pearson x 100 over sts_years"),
+        TableColumn(
+            "sts_years", "string", description="the years of the STS mean (paper: 2012-2016)"
+        ),
+        TableColumn("stsb_dev", "float", description="STS-B dev Pearson x 100"),
+        TableColumn(
+            "sts17_mean", "float", description="mean over its STS 2017 tracks (not dev): sts17"
+        ),
+        TableColumn(
+            "tatoeba_error", "float", description="mean Tatoeba error % (cosine): see tatoeba"
+        ),
+        TableColumn("sentences_per_s", "int", description="embedding speed, tokenization included"),
+    ]
+)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _years(row: Mapping[str, Any]) -> str:
+    years = row["sts_years"]
+    return "-".join(dict.fromkeys([years[0], years[-1]])) if years else "-"
+
+
+def scoreboard_tables(
+    rows: list[Mapping[str, Any]],
+    compared: list[Mapping[str, Any]],
+) -> dict[str, MetadataValue]:
+    """The scoreboard's tables (``psp_core.evaluation.scoreboard_rows``): ``scoreboard`` with a
+    short row per language, ``sts17`` and ``tatoeba`` with one row per track or language and the
+    paper's figure, and ``multi_vs_languages`` (``comparison_rows``) when there is a
+    multilingual model. Tables, not markdown: they show inline at any length, with no wrapping
+    cell."""
+    board, tracks, tatoeba = [], [], []
+    for row in rows:
+        scored = {t: v for t, v in row["sts17_pearson"].items() if t != row["sts17_dev"]}
+        errors = [v["cosine"] for v in row["tatoeba_error"].values()]
+        speed = row["sentences_per_s"]
+        board.append(
+            {
+                "lang": row["lang"],
+                "sts_mean": _round(row["sts_mean_pearson"]),
+                "sts_years": _years(row),
+                "stsb_dev": _round(row["stsb_dev_pearson"]),
+                "sts17_mean": _round(_mean(list(scored.values()))),
+                "tatoeba_error": _round(_mean(errors)),
+                "sentences_per_s": None if speed is None else int(speed),
+            }
+        )
+        for track, value in sorted(row["sts17_pearson"].items()):
+            dev = track == row["sts17_dev"]
+            tracks.append(
+                {
+                    "lang": row["lang"],
+                    "track": f"{track} (dev)" if dev else track,
+                    "pearson": _round(value),
+                    "paper": None if dev else PAPER_STS17.get(track),
+                }
+            )
+        for code, value in sorted(row["tatoeba_error"].items()):
+            tatoeba.append(
+                {
+                    "lang": row["lang"],
+                    "language": code,
+                    "error_mean": _round(value["cosine"]),
+                    "margin_error_mean": _round(value["margin"]),
+                    "paper": PAPER_TATOEBA.get(code),
+                }
+            )
+    tables = {"scoreboard": _table(board, SCOREBOARD_COLUMNS)}
+    if tracks:
+        tables["sts17"] = _table(tracks, _STS17_BOARD)
+    if tatoeba:
+        tables["tatoeba"] = _table(tatoeba, _TATOEBA_BOARD)
+    if compared:
+        tables["multi_vs_languages"] = _table(
+            [
+                {**c, **{k: _round(c[k]) for k in ("score", "best_score", "better_by")}}
+                for c in compared
+            ],
+            _COMPARISON,
+        )
+    return tables
+
+
+def _table(rows: list[Mapping[str, Any]], schema: TableSchema) -> MetadataValue:
+    return MetadataValue.table([TableRecord(dict(row)) for row in rows], schema=schema)
+
+
+_STS17_BOARD = TableSchema(
+    columns=[
+        TableColumn("lang", "string"),
+        TableColumn("track", "string", description="(dev): the model-selection file"),
+        TableColumn("pearson", "float", description="Pearson x 100"),
+        _PAPER,
+    ]
+)
+_TATOEBA_BOARD = TableSchema(
+    columns=[
+        TableColumn("lang", "string"),
+        TableColumn("language", "string"),
+        TableColumn(
+            "error_mean", "float", description="% retrieved wrong, both directions (cosine)"
+        ),
+        TableColumn("margin_error_mean", "float", description="the same with margin scoring"),
+        TableColumn("paper", "float", description="the paper's P-SP error %, mean"),
+    ]
+)
+_COMPARISON = TableSchema(
+    columns=[
+        TableColumn("set", "string"),
+        TableColumn("score", "float", description="the multilingual model's"),
+        TableColumn("best_model", "string", description="the best per-language model on the set"),
+        TableColumn("best_score", "float", description="its score"),
+        TableColumn("better_by", "float", description="positive: the multilingual model is better"),
+    ]
+)

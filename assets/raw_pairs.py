@@ -170,7 +170,7 @@ def _materialize(
     sources = {
         **spec.describe_sources(),
         "corpora": [dataclasses.asdict(c) | {"codes": dict(c.codes or {})} for c in corpora],
-        "paranmt": paranmt.url if spec.source == "paranmt" else None,
+        "paranmt": paranmt.source() if spec.source == "paranmt" else None,
         "local_dir_signature": directory_signature(spec.local_dir) if spec.local_dir else None,
         "inbox_signature": storage.inbox_signature(spec.code),
     }

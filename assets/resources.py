@@ -16,7 +16,10 @@ from pathlib import Path
 
 import requests
 from dagster import ConfigurableResource, EnvVar
+from pydantic import Field
 
+from assets.languages import load_registry
+from assets.null_defaults import NullMeansDefault, null_default
 from assets.profiles import ProfileResource, profile_from_environment
 from ops.langid import LanguageIdentifier
 from ops.opus import OPUS_API, OpusCorpus, OpusError, fetch_opus_bitext
@@ -78,14 +81,27 @@ class StorageResource(ConfigurableResource):
         return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
 
 
-class OpusResource(ConfigurableResource):
-    """The OPUS API and its zip downloads (mirrors and loopback servers via the base URLs)."""
+class OpusResource(ConfigurableResource, NullMeansDefault):
+    """The OPUS API and its zip downloads (mirrors and loopback servers via the base URLs).
 
-    api_base: str = OPUS_API
+    ``api_base`` unset (null) is OPUS's public API; the code location leaves it unset when no
+    language of its registry downloads from OPUS, so an offline setup shows no internet URL.
+    """
+
+    api_base: str | None = Field(
+        default=None, description=f"The OPUS API (null: OPUS's public API, {OPUS_API})."
+    )
     download_base: str | None = None
-    retries: int = 5
-    backoff: float = 0.5
-    timeout: float = 60.0
+    retries: int | None = null_default(
+        5, "Retries of a failed request (connection errors, 429, 5xx)."
+    )
+    backoff: float | None = null_default(
+        0.5, "Backoff factor: seconds before a retry, doubling each time."
+    )
+    timeout: float | None = null_default(60.0, "Seconds without an answer before a retry.")
+
+    def api(self) -> str:
+        return self.api_base or OPUS_API
 
     def session(self) -> requests.Session:
         return retrying_session(self.retries, self.backoff)
@@ -99,7 +115,7 @@ class OpusResource(ConfigurableResource):
             corpora,
             cache_dir,
             output,
-            api_base=self.api_base,
+            api_base=self.api(),
             download_base=self.download_base,
             retries=self.retries,
             backoff=self.backoff,
@@ -121,11 +137,11 @@ class OpusResource(ConfigurableResource):
             "preprocessing": "moses",
         }
         try:
-            response = self.session().get(self.api_base, params=params, timeout=self.timeout)
+            response = self.session().get(self.api(), params=params, timeout=self.timeout)
             response.raise_for_status()
             entries = response.json().get("corpora", [])
         except (requests.RequestException, ValueError, AttributeError) as err:
-            raise OpusError(f"{corpus.describe(lang)}: OPUS API at {self.api_base}: {err}") from err
+            raise OpusError(f"{corpus.describe(lang)}: OPUS API at {self.api()}: {err}") from err
         versions = [
             e["version"]
             for e in entries
@@ -136,18 +152,29 @@ class OpusResource(ConfigurableResource):
         return max(versions, key=version_key) if versions else None
 
 
-class ParaNmtResource(ConfigurableResource):
-    """ParaNMT-50M: an http(s) URL of ``para-nmt-50m.zip`` or a local zip/.txt/.txt.gz path."""
+class ParaNmtResource(ConfigurableResource, NullMeansDefault):
+    """ParaNMT-50M: an http(s) URL of ``para-nmt-50m.zip`` or a local zip/.txt/.txt.gz path
+    (unset, null: the public download; left unset when no language of the registry reads
+    ParaNMT)."""
 
-    url: str = PARANMT_URL
-    retries: int = 5
-    backoff: float = 0.5
-    timeout: float = 60.0
+    url: str | None = Field(
+        default=None, description=f"ParaNMT's zip, URL or path (null: {PARANMT_URL})."
+    )
+    retries: int | None = null_default(
+        5, "Retries of a failed request (connection errors, 429, 5xx)."
+    )
+    backoff: float | None = null_default(
+        0.5, "Backoff factor: seconds before a retry, doubling each time."
+    )
+    timeout: float | None = null_default(60.0, "Seconds without an answer before a retry.")
+
+    def source(self) -> str:
+        return self.url or PARANMT_URL
 
     def fetch(self, cache_dir: Path, output: Path, source: str | Path | None = None) -> StageReport:
-        """Write ParaNMT pairs (with scores) from ``source`` (default: :attr:`url`)."""
+        """Write ParaNMT pairs (with scores) from ``source`` (default: :meth:`source`)."""
         return fetch_paranmt(
-            source or self.url,
+            source or self.source(),
             cache_dir,
             output,
             retries=self.retries,
@@ -171,15 +198,17 @@ class LanguageIdResource(ConfigurableResource):
 DEFAULT_MAX_WORKERS = 8
 
 
-class ComputeResource(ConfigurableResource):
+class ComputeResource(ConfigurableResource, NullMeansDefault):
     """Where and how wide to compute: torch device, torch threads, data-op worker processes,
     and how many trainings may run at once on this machine (file-lock slots under the storage
     root, on top of the ``psp_training`` pool)."""
 
-    device: str = "auto"
+    device: str | None = null_default("auto", "cpu, cuda, mps or auto.")
     threads: int | None = None
     workers: int | None = None
-    max_concurrent_trainings: int = 1
+    max_concurrent_trainings: int | None = null_default(
+        1, "Trainings at once on this machine (file-lock slots under the storage root)."
+    )
 
     def worker_count(self) -> int:
         """``workers``, or by default one per CPU this process may use, at most
@@ -211,15 +240,21 @@ def default_resources(storage_root: str | None = None) -> dict[str, Configurable
     def env(name: str, default: str | None) -> str | EnvVar | None:
         return EnvVar(name) if os.environ.get(name) else default
 
+    device = os.environ.get("PSP_DEVICE")
+    # the public URLs only where the registry downloads from them (offline: none shown)
+    sources = {spec.source for spec in load_registry().languages.values()}
     return {
         "storage": StorageResource(root=storage_root or env("PSP_STORAGE_ROOT", "psp_data")),
         "opus": OpusResource(
-            api_base=env("PSP_OPUS_API", OPUS_API),
+            api_base=env("PSP_OPUS_API", OPUS_API if "opus" in sources else None),
             download_base=env("PSP_OPUS_DOWNLOAD_BASE", None),
         ),
-        "paranmt": ParaNmtResource(url=env("PSP_PARANMT_URL", PARANMT_URL)),
+        "paranmt": ParaNmtResource(
+            url=env("PSP_PARANMT_URL", PARANMT_URL if "paranmt" in sources else None)
+        ),
         "langid": LanguageIdResource(model_path=env("PSP_LID_MODEL", None)),
-        "compute": ComputeResource(device=env("PSP_DEVICE", "auto")),
+        # given only when set: a null_default given, even as null, is shown filled in
+        "compute": ComputeResource(**({"device": EnvVar("PSP_DEVICE")} if device else {})),
         "profile": ProfileResource(name=profile_from_environment()),
         "eval_data": EvaluationDataResource(
             eval_dir=env("PSP_EVAL_DIR", str(Path("..") / "shared" / "data" / "eval"))

@@ -170,27 +170,51 @@ def _comparison_sets(row: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
     return sets
 
 
-def comparison_markdown(results: Mapping[str, Mapping[str, Any]], model: str = "multi") -> str:
+def comparison_rows(
+    results: Mapping[str, Mapping[str, Any]], model: str = "multi"
+) -> list[dict[str, Any]]:
     """``model`` (the multilingual model) beside the per-language models, one row per set it
-    was evaluated on: its score, the best per-language model's on that set and which one, and
-    the difference (positive: the multilingual model is better; for Tatoeba, error rates, the
-    sign is turned so that positive still means better). Empty when ``model`` has no results."""
+    was evaluated on: ``set``, ``score``, the best per-language model (``best_model``,
+    ``best_score``) and ``better_by`` (positive: ``model`` is better; for Tatoeba, error rates,
+    the sign is turned so that positive still means better). Empty when ``model`` has no
+    results."""
     rows = {row["lang"]: row for row in scoreboard_rows(results)}
     ours = rows.pop(model, None)
     if ours is None:
+        return []
+    compared = []
+    for label, value_of, higher in _comparison_sets(ours):
+        value = value_of(ours)
+        scored = [(value_of(row), lang) for lang, row in rows.items() if value_of(row) is not None]
+        best, lang = (max(scored) if higher else min(scored)) if scored else (None, None)
+        gain = None
+        if value is not None and best is not None:
+            gain = value - best if higher else best - value
+        compared.append(
+            {
+                "set": label,
+                "score": value,
+                "best_model": lang,
+                "best_score": best,
+                "better_by": gain,
+            }
+        )
+    return compared
+
+
+def comparison_markdown(results: Mapping[str, Mapping[str, Any]], model: str = "multi") -> str:
+    """:func:`comparison_rows` as a markdown table (empty when ``model`` has no results)."""
+    compared = comparison_rows(results, model)
+    if not compared:
         return ""
     lines = [
         f"| set | {model} | best per-language model | its score | {model} better by |",
         "|---|---:|---|---:|---:|",
     ]
-    for label, value_of, higher in _comparison_sets(ours):
-        value = value_of(ours)
-        scored = [(value_of(row), lang) for lang, row in rows.items() if value_of(row) is not None]
-        if not scored:
-            lines.append(f"| {label} | {_cell(value)} | - | - | - |")
-            continue
-        best, lang = max(scored) if higher else min(scored)
-        gain = None if value is None else (value - best if higher else best - value)
-        gain_text = "-" if gain is None else f"{gain:+.1f}"
-        lines.append(f"| {label} | {_cell(value)} | {lang} | {_cell(best)} | {gain_text} |")
+    for row in compared:
+        gain = "-" if row["better_by"] is None else f"{row['better_by']:+.1f}"
+        lines.append(
+            f"| {row['set']} | {_cell(row['score'])} | {row['best_model'] or '-'} "
+            f"| {_cell(row['best_score'])} | {gain} |"
+        )
     return "\n".join(lines)

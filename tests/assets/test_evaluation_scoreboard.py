@@ -113,11 +113,23 @@ def test_the_dev_track_is_marked_everywhere_and_the_mean_says_what_it_covers(wor
         [defs.get_assets_def("evaluation_scoreboard")], resources=world["resources"]
     )
     assert board.success
-    header, _, row = metadata_of(board, "evaluation_scoreboard")["scoreboard"].splitlines()
-    assert "| paper STS 2012-2016 mean |" in header
-    mean, en_en = results["sts"]["mean"]["pearson"], results["sts17"]["en-en"]["pearson"]
-    en_en_cell = f"en-en (dev) {en_en:.1f}" if selected else f"en-en {en_en:.1f}"
-    assert row.startswith(f"| de | {mean:.1f} {NOTE} | 74.6 | {en_en_cell}, es-en ")
+    shown = metadata_of(board, "evaluation_scoreboard")
+    (row,) = [record.data for record in shown["scoreboard"].records]
+    assert row["lang"] == "de" and row["sts_years"] == "2012-2013"
+    assert row["sts_mean"] == round(results["sts"]["mean"]["pearson"], 1)
+    # the dev track is marked in sts17 and left out of the mean of the tracks
+    tested = {
+        k: v["pearson"] for k, v in results["sts17"].items() if not (selected and k == "en-en")
+    }
+    assert row["sts17_mean"] == round(sum(tested.values()) / len(tested), 1)
+    tracks = {record.data["track"]: record.data for record in shown["sts17"].records}
+    assert ("en-en (dev)" in tracks) is selected and ("en-en" in tracks) is not selected
+    assert tracks["es-en"]["paper"] == 78.4
+    assert tracks["en-en (dev)" if selected else "en-en"]["paper"] is None
+    assert (
+        "| paper STS 2012-2016 mean |"
+        in (world["root"] / "_all" / "evaluation_scoreboard" / "scoreboard.md").read_text()
+    )
     saved = json.loads(
         (world["root"] / "_all" / "evaluation_scoreboard" / "scoreboard.json").read_text()
     )

@@ -149,13 +149,15 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert board.success
     table = metadata_of(board, "evaluation_scoreboard")
     assert table["languages"] == "de" and "en" in table["not_evaluated"].split(", ")
-    de_row = next(line for line in table["scoreboard"].splitlines() if line.startswith("| de |"))
-    # our mean says what it covers; the paper's 2012-2016 mean has a column of its own
-    assert de_row.startswith(f"| de | {results['sts']['mean']['pearson']:.1f} over 2012 (")
-    assert "| 74.6 |" in de_row
-    assert (
-        "deu " in de_row and (root / "_all" / "evaluation_scoreboard" / "scoreboard.json").is_file()
-    )
+    (de_row,) = [row for row in table["scoreboard"] if row["lang"] == "de"]
+    # our mean says which years it covers (the paper's is 2012-2016), one short cell each
+    assert de_row["sts_mean"] == round(results["sts"]["mean"]["pearson"], 1)
+    assert de_row["sts_years"] == "2012"
+    assert de_row["tatoeba_error"] == round(results["tatoeba"]["deu"]["cosine_mean"], 1)
+    (deu,) = table["tatoeba"]
+    assert deu["lang"] == "de" and deu["language"] == "deu" and deu["paper"] == 1.5
+    saved = root / "_all" / "evaluation_scoreboard" / "scoreboard.md"
+    assert "| 74.6 |" in saved.read_text() and saved.with_suffix(".json").is_file()
 
     # unchanged inputs and config: every stage reuses its output
     started = time.perf_counter()

@@ -161,6 +161,13 @@ def dismiss_community_dialog(driver) -> None:
         button.click()
 
 
+def launchpad_config(driver) -> str:
+    """The text of the launchpad's config editor ('' until it is there)."""
+    script = "var e = document.querySelector('.CodeMirror'); "
+    script += "return e && e.CodeMirror ? e.CodeMirror.getValue() : '';"
+    return driver.execute_script(script) or ""
+
+
 def label_matches(label: str, name: str) -> bool:
     """Graph nodes truncate long names in the middle: ``langid_filt…_pairs``."""
     if "…" not in label:
@@ -188,6 +195,16 @@ def test_materialize_one_language_partition_from_the_ui(dagster_ui: dict, browse
     for group in groups:
         assert group in labels
     browser.save_screenshot(str(shots / "dagster-ui-asset-graph.png"))
+
+    # the launchpad opens with the few fields a run sets (the profile among them, on screen),
+    # not every stage's force flag and the download retry settings
+    browser.get(f"{base}/locations/pipelines.definitions/jobs/psp_language_job/playground")
+    WebDriverWait(browser, 60, poll_frequency=1).until(lambda d: launchpad_config(d))
+    dismiss_community_dialog(browser)
+    lines = launchpad_config(browser).splitlines()
+    browser.save_screenshot(str(shots / "dagster-ui-launchpad.png"))
+    assert lines.index("  profile:") < 25, lines
+    assert not [line for line in lines if re.match(r"\s+(force|retries|backoff|timeout):", line)]
 
     # the language partitions of the first stage
     browser.get(f"{base}/assets/raw_pairs?view=partitions")
@@ -272,6 +289,21 @@ def test_a_trained_language_shows_its_loss_picture_checks_and_progress(
     page = wait_for_text(browser, r"tatoeba\s+Show schema", RUN_SECONDS)
     assert re.search(r"sts\s+Show schema", page)
     browser.save_screenshot(str(shots / "dagster-ui-evaluation.png"))
+
+    # the scoreboard: tables inline (its markdown, over the UI's limit, hid behind a click)
+    scoreboard = [*command[:5], "-j", "scoreboard_job"]
+    done = subprocess.run(
+        scoreboard, cwd=ROOT, env=dagster_ui["env"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    browser.get(f"{base}/assets/evaluation_scoreboard")
+    try:
+        # key, the materialization's time, then the value
+        page = wait_for_text(browser, r"scoreboard\s+[^\n]*\s+Show schema", RUN_SECONDS)
+    finally:
+        browser.save_screenshot(str(shots / "dagster-ui-scoreboard.png"))
+    assert re.search(r"tatoeba\s+[^\n]*\s+Show schema", page)
+    assert "Show Markdown" not in page
 
     browser.get(f"{base}/assets/psp_model?view=checks")
     wait_for_text(browser, r"model_weights_finite", RUN_SECONDS)

@@ -7,10 +7,17 @@ import os
 import shutil
 from pathlib import Path
 
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterInstance, EnvVar
 
 from assets.languages import load_registry
-from assets.resources import DEFAULT_MAX_WORKERS, ComputeResource
+from assets.resources import (
+    DEFAULT_MAX_WORKERS,
+    ComputeResource,
+    ParaNmtResource,
+    default_resources,
+)
+from ops.opus import OPUS_API
+from ops.paranmt import PARANMT_URL
 from pipelines.definitions import defs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +151,24 @@ def test_schedule_sensor_and_resources() -> None:
     assert repository.get_job("psp_language_job").executor_def.name == "psp_executor"
     resources = set(repository.get_top_level_resources())
     assert resources == {"storage", "opus", "paranmt", "langid", "compute", "eval_data", "profile"}
+
+
+def test_internet_urls_are_shown_only_where_the_registry_downloads(monkeypatch) -> None:
+    """Under the offline registry (every language local but en, whose ParaNMT make run points
+    at a local file through PSP_PARANMT_URL) the launchpad shows no internet URL; under the
+    shipped one it shows both, and an unset URL still means the public one."""
+    for variable in ("PSP_OPUS_API", "PSP_PARANMT_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PSP_LANGUAGES", str(ROOT / "configs" / "languages-shared-data.toml"))
+    monkeypatch.setenv("PSP_PARANMT_URL", "/data/paranmt.txt.gz")
+    offline = default_resources("/tmp/x")
+    assert offline["opus"].api_base is None and offline["opus"].api() == OPUS_API
+    assert offline["paranmt"].url == EnvVar("PSP_PARANMT_URL")
+    monkeypatch.delenv("PSP_PARANMT_URL")
+    monkeypatch.delenv("PSP_LANGUAGES")
+    online = default_resources("/tmp/x")
+    assert online["opus"].api_base == OPUS_API and online["paranmt"].url == PARANMT_URL
+    assert ParaNmtResource().url is None and ParaNmtResource().source() == PARANMT_URL
 
 
 def test_workspace_loads_the_definitions_module() -> None:
