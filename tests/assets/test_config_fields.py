@@ -3,6 +3,8 @@ schema of each asset's op (what the UI shows) has a description for every field.
 
 from __future__ import annotations
 
+from assets.config import TrainingDataConfig
+from assets.resources import ComputeResource, OpusResource
 from pipelines.definitions import defs
 
 
@@ -18,3 +20,15 @@ def test_every_config_field_of_every_asset_has_a_description() -> None:
                 missing.append(f"{key.to_user_string()}.{name}")
     assert {"psp_model.lr", "psp_model.batch_size", "model_evaluation.speed_repeats"} <= checked
     assert missing == []
+
+
+def test_built_in_values_show_as_null_in_the_launchpad_and_hold_in_the_code() -> None:
+    """A null_default field: the schema's default is null (the launchpad leaves it out, its
+    description says what null means), the code reads the built-in value, set or not."""
+    schema = defs.get_assets_def("training_data").op.config_schema.config_type.fields
+    assert schema["seed"].default_value is None and schema["force"].default_value is None
+    assert "Null: 1." in schema["seed"].description
+    assert TrainingDataConfig().seed == 1 and TrainingDataConfig(seed=None).seed == 1
+    assert TrainingDataConfig(seed=7).seed == 7 and TrainingDataConfig().force is False
+    assert ComputeResource().device == "auto" and ComputeResource(device="cpu").device == "cpu"
+    assert OpusResource().retries == 5 and OpusResource(retries=0).retries == 0
