@@ -1,6 +1,6 @@
 """``psp serve`` under load, from 127.0.0.1: requests/s, sentences/s and p50/p99 latency with 1, 8
 and 64 concurrent clients, batches of 1 and of 64 sentences, JSON floats and base64; then the same
-while a promotion swaps the model every second (no failed request allowed).
+while a promotion swaps the model, once in a cell and every second (no failed request allowed).
 
 The server: ``psp serve`` in its own process (1 tokenizer thread), serving a registry of two
 versions of the ``embed_corpus.py`` bundle shape (vocabulary 20k, dim 1024). The clients: one
@@ -190,35 +190,40 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _while_swapping(port, storage, versions, sentences, seconds) -> dict:
+    """Each cell twice: one promotion in the middle of the cell (a retrain promoted while the
+    server is busy), and a promotion every second (a stress: each swap loads 80 MB and warms
+    the new model on the recent texts, on the same 2 cores)."""
     from psp_core.registry import ModelRegistry
 
     registry = ModelRegistry(storage / "de" / "psp_model")
-    stop = threading.Event()
     swaps = []
+    turn = [1]
 
-    def swapper() -> None:
-        turn = 1
-        while not stop.wait(1.0):
-            registry.promote(versions[turn], reason="benchmark swap")
-            swaps.append(versions[turn])
-            turn = 1 - turn
+    def swapper(stop: threading.Event, every: float) -> None:
+        while not stop.wait(every):
+            registry.promote(versions[turn[0]], reason="benchmark swap")
+            swaps.append(versions[turn[0]])
+            turn[0] = 1 - turn[0]
 
-    thread = threading.Thread(target=swapper)
-    thread.start()
     results = {}
-    try:
+    for label, every in (("once", seconds / 2), ("every_second", 1.0)):
         for batch, clients in ((1, 8), (64, 8)):
             requests = [
                 request_bytes(port, sentences[i : i + batch], "base64")
                 for i in range(0, min(len(sentences), 512 * batch), batch)
             ]
-            figures = drive(port, requests, clients, seconds)
+            stop = threading.Event()
+            thread = threading.Thread(target=swapper, args=(stop, every))
+            thread.start()
+            try:
+                figures = drive(port, requests, clients, seconds)
+            finally:
+                stop.set()
+                thread.join()
+            time.sleep(1.5)  # the last swap's load ends before the next cell
             figures["sentences_per_second"] = round(figures["requests_per_second"] * batch)
-            results[f"swapping_batch{batch}_base64_clients{clients}"] = figures
-            log.info("swapping, batch %d: %s", batch, figures)
-    finally:
-        stop.set()
-        thread.join()
+            results[f"swapping_{label}_batch{batch}_base64_clients{clients}"] = figures
+            log.info("swapping %s, batch %d: %s", label, batch, figures)
     results["swapping_promotions"] = {"count": len(swaps), "failed": 0}
     return results
 

@@ -493,3 +493,23 @@ def test_save_on_a_full_disk_fails_and_leaves_nothing_behind(tmp_path, tokenizer
             model.save(disk / "bundle")
         assert "No space left on device" in str(caught.value)
         assert listing(disk) == before
+
+
+def test_the_table_is_read_beside_other_tensors_and_odd_files_go_to_safetensors(bundle, model):
+    """load_bundle reads the table with plain file reads (the GIL released: a server loading a
+    new version keeps answering); a file of another layout goes to safetensors, which reads it
+    or says what is wrong."""
+    table = model.weight.numpy()
+    _edit_config(bundle, lambda c: c.pop("files"))
+    path = bundle / EMBEDDINGS_FILE
+    save_file({"a_first": np.arange(6, dtype=np.int64), EMBEDDINGS_KEY: table}, str(path))
+    np.testing.assert_array_equal(load_bundle(bundle)[2], table)
+
+    save_file({EMBEDDINGS_KEY: table.astype(np.float16)}, str(path))  # not F32: safetensors
+    with pytest.raises(BundleError, match="float16, expected float32"):
+        load_bundle(bundle)
+
+    save_file({EMBEDDINGS_KEY: table}, str(path))
+    path.write_bytes(path.read_bytes()[:-4])  # short data: safetensors names it
+    with pytest.raises(BundleError, match="unreadable or truncated"):
+        load_bundle(bundle)
