@@ -8,7 +8,21 @@ are unchanged.
 
 from __future__ import annotations
 
-from dagster import Config
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+from dagster import (
+    Array,
+    AssetExecutionContext,
+    Bool,
+    Config,
+    Float,
+    Int,
+    Map,
+    Noneable,
+    String,
+)
+from dagster import Field as DagsterField
 from pydantic import Field
 
 from assets.null_defaults import NullMeansDefault, null_default
@@ -159,3 +173,51 @@ class EvaluationConfig(StageConfig):
         description="Repeats of the embedding-speed measurement; the median is reported "
         "(null: the profile's; paper 3, demo and smoke 1).",
     )
+
+
+def plain_schema(config_class: type[Config]) -> dict[str, DagsterField]:
+    """``config_class``'s fields as a Dagster config schema of plain types (``Int``, ``String``,
+    ``Bool``, ``Float``, null where the field allows it), with its defaults and descriptions.
+
+    Given as the asset's ``config_schema`` (the asset reads its values with :func:`op_config`),
+    so the launchpad types ``epochs`` as ``Int | null``: Dagster gives every field of a Config
+    class ``Int | { env: String }`` (an environment variable's name in place of the value),
+    which no stage setting is meant to be read from. Resources keep that form: their paths and
+    URLs do come from the environment.
+    """
+    fields = {}
+    for name, info in config_class.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        fields[name] = DagsterField(
+            _plain_type(info.annotation),
+            default_value=default,
+            is_required=False,
+            description=info.description,
+        )
+    return fields
+
+
+def _plain_type(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, UnionType):
+        inner = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(inner) == 1 and len(get_args(annotation)) == 2:
+            return Noneable(_plain_type(inner[0]))
+    elif get_origin(annotation) is list:
+        return Array(_plain_type(get_args(annotation)[0]))
+    elif get_origin(annotation) is dict:
+        key, value = get_args(annotation)
+        return Map(key, _plain_type(value))
+    elif annotation in _PLAIN:
+        return _PLAIN[annotation]
+    raise TypeError(f"no plain Dagster config type for {annotation!r}")
+
+
+_PLAIN = {bool: Bool, int: Int, float: Float, str: String}
+
+ConfigT = TypeVar("ConfigT", bound=Config)
+
+
+def op_config(context: AssetExecutionContext, config_class: type[ConfigT]) -> ConfigT:
+    """The run's values for an asset whose schema is :func:`plain_schema` of ``config_class``,
+    validated into it (null defaults filled in)."""
+    return config_class(**(context.op_execution_context.op_config or {}))

@@ -17,7 +17,7 @@ from dagster import (
 )
 
 from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import StageConfig
+from assets.config import StageConfig, op_config, plain_schema
 from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import corpora_table, pipeline_funnel_table, report_metadata
@@ -47,6 +47,7 @@ def _merge(record: dict, later: dict) -> None:
 
 
 @asset(
+    config_schema=plain_schema(StageConfig),
     partitions_def=language_partitions,
     group_name=DATA_GROUP,
     owners=OWNERS,
@@ -65,11 +66,11 @@ def _merge(record: dict, later: dict) -> None:
 )
 def deduplicated_pairs(
     context: AssetExecutionContext,
-    config: StageConfig,
     storage: StorageResource,
     compute: ComputeResource,
 ) -> MaterializeResult:
     """Lowercase and drop repeated pairs, cap corpora (seeded samples); segment Chinese."""
+    config = op_config(context, StageConfig)
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "deduplicated_pairs")
     upstream = stage.upstream("length_filtered_pairs")

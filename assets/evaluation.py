@@ -11,7 +11,7 @@ from pathlib import Path
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
 from assets.catalog import MODEL_GROUP, OWNERS
-from assets.config import EvaluationConfig, TrainingConfig
+from assets.config import EvaluationConfig, TrainingConfig, op_config, plain_schema
 from assets.evaluation_tables import evaluation_tables
 from assets.languages import load_registry
 from assets.metadata import common_metadata, settings_table
@@ -60,6 +60,7 @@ def dev_sts_of(model: Manifest) -> str | None:
 
 
 @asset(
+    config_schema=plain_schema(EvaluationConfig),
     partitions_def=language_partitions,
     group_name=MODEL_GROUP,
     owners=OWNERS,
@@ -69,13 +70,13 @@ def dev_sts_of(model: Manifest) -> str | None:
 )
 def model_evaluation(
     context: AssetExecutionContext,
-    config: EvaluationConfig,
     storage: StorageResource,
     eval_data: EvaluationDataResource,
     profile: ProfileResource,
 ) -> MaterializeResult:
     """Evaluate the language's model on the evaluation data directory: by default the paper's
     suites for the language (``psp_core.evaluation.plan_for_language``)."""
+    config = op_config(context, EvaluationConfig)
     spec = load_registry()[context.partition_key]
     return build_evaluation(
         spec.code, plan_for_language(spec.code), config, storage, eval_data, profile

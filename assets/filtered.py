@@ -14,7 +14,7 @@ from dagster import (
 )
 
 from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import StageConfig
+from assets.config import StageConfig, op_config, plain_schema
 from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import report_metadata, settings_table
@@ -28,6 +28,7 @@ CHECK = "length_filtered_pairs_not_empty"
 
 
 @asset(
+    config_schema=plain_schema(StageConfig),
     partitions_def=language_partitions,
     group_name=DATA_GROUP,
     owners=OWNERS,
@@ -45,9 +46,10 @@ CHECK = "length_filtered_pairs_not_empty"
     ],
 )
 def length_filtered_pairs(
-    context: AssetExecutionContext, config: StageConfig, storage: StorageResource
+    context: AssetExecutionContext, storage: StorageResource
 ) -> MaterializeResult:
     """Apply the length (and, for paraphrases, score and trigram-overlap) filters."""
+    config = op_config(context, StageConfig)
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "length_filtered_pairs")
     upstream = stage.upstream("langid_filtered_pairs")

@@ -14,7 +14,7 @@ from dagster import (
 )
 
 from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import LanguageIdConfig
+from assets.config import LanguageIdConfig, op_config, plain_schema
 from assets.languages import load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import report_metadata, settings_table
@@ -28,6 +28,7 @@ CHECK = "langid_pass_rate_in_range"
 
 
 @asset(
+    config_schema=plain_schema(LanguageIdConfig),
     partitions_def=language_partitions,
     group_name=DATA_GROUP,
     owners=OWNERS,
@@ -47,7 +48,6 @@ CHECK = "langid_pass_rate_in_range"
 )
 def langid_filtered_pairs(
     context: AssetExecutionContext,
-    config: LanguageIdConfig,
     storage: StorageResource,
     langid: LanguageIdResource,
     compute: ComputeResource,
@@ -58,6 +58,7 @@ def langid_filtered_pairs(
     bitext, ``top_label`` for ParaNMT, by default); a run config ``threshold`` selects the
     ``threshold`` rule with that minimum probability instead.
     """
+    config = op_config(context, LanguageIdConfig)
     spec = load_registry()[context.partition_key]
     stage = Stage(storage, spec.code, "langid_filtered_pairs")
     upstream = stage.upstream("raw_pairs")

@@ -21,7 +21,7 @@ from dagster import (
 )
 
 from assets.catalog import MODEL_GROUP, OWNERS
-from assets.config import TrainingConfig
+from assets.config import TrainingConfig, op_config, plain_schema
 from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
@@ -122,6 +122,7 @@ def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetC
 
 
 @asset(
+    config_schema=plain_schema(TrainingConfig),
     partitions_def=language_partitions,
     group_name=MODEL_GROUP,
     owners=OWNERS,
@@ -149,7 +150,6 @@ def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetC
 )
 def psp_model(
     context: AssetExecutionContext,
-    config: TrainingConfig,
     storage: StorageResource,
     compute: ComputeResource,
     eval_data: EvaluationDataResource,
@@ -158,6 +158,7 @@ def psp_model(
     """Train the P-SP model on the packed data; resumes from its checkpoint after a failure
     (one that no longer fits the training file is dropped with a warning). psp_core's log
     lines (resuming, loss and pairs/s) go to the run's log."""
+    config = op_config(context, TrainingConfig)
     spec = load_registry()[context.partition_key]
     return build_model(context, spec, config, storage, compute, eval_data, profile)
 

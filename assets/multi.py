@@ -31,6 +31,8 @@ from assets.config import (
     MultiTrainingConfig,
     SentencepieceConfig,
     TrainingDataConfig,
+    op_config,
+    plain_schema,
 )
 from assets.evaluation import build_evaluation
 from assets.languages import MULTI, load_registry
@@ -102,6 +104,7 @@ def languages_table(record: dict) -> MetadataValue:
 
 
 @asset(
+    config_schema=plain_schema(MultiPairsConfig),
     group_name=MULTI_GROUP,
     owners=OWNERS,
     code_version=CODE_VERSION,
@@ -117,11 +120,10 @@ def languages_table(record: dict) -> MetadataValue:
         )
     ],
 )
-def multi_pairs(
-    context: AssetExecutionContext, config: MultiPairsConfig, storage: StorageResource
-) -> MaterializeResult:
+def multi_pairs(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
     """Every ``[multi]`` language's deduplicated pairs, temperature-sampled into one file with
     each pair's language, pre-tokenized with the multilingual pre-tokenizer."""
+    config = op_config(context, MultiPairsConfig)
     multi = load_registry().multi
     inputs, upstream = language_inputs(storage)
     alpha = multi.sampling_alpha if config.sampling_alpha is None else config.sampling_alpha
@@ -176,6 +178,7 @@ def multi_pairs(
 
 
 @asset(
+    config_schema=plain_schema(SentencepieceConfig),
     group_name=MULTI_GROUP,
     owners=OWNERS,
     code_version="1",
@@ -184,13 +187,13 @@ def multi_pairs(
 )
 def multi_sentencepiece_model(
     context: AssetExecutionContext,
-    config: SentencepieceConfig,
     storage: StorageResource,
     compute: ComputeResource,
     profile: ProfileResource,
 ) -> MaterializeResult:
     """One vocabulary for every script (default 50,000, the paper's), trained on a sample of
     the temperature-sampled pairs."""
+    config = op_config(context, SentencepieceConfig)
     spec = load_registry().multi.as_language()
     return build_sentencepiece(
         context, spec, config, storage, compute, profile, profile_asset="multi_sentencepiece_model"
@@ -198,6 +201,7 @@ def multi_sentencepiece_model(
 
 
 @asset(
+    config_schema=plain_schema(TrainingDataConfig),
     group_name=MULTI_GROUP,
     owners=OWNERS,
     code_version="1",
@@ -215,11 +219,11 @@ def multi_sentencepiece_model(
 )
 def multi_training_data(
     context: AssetExecutionContext,
-    config: TrainingDataConfig,
     storage: StorageResource,
     compute: ComputeResource,
 ) -> MaterializeResult:
     """Shuffle, encode and pack the pairs, each with its language (its mining group)."""
+    config = op_config(context, TrainingDataConfig)
     registry = load_registry()
     codes = registry.multi_languages()
     sampled = Stage(storage, MULTI, "training_data").upstream("deduplicated_pairs").record
@@ -242,6 +246,7 @@ def multi_training_data(
 
 
 @asset(
+    config_schema=plain_schema(MultiTrainingConfig),
     group_name=MULTI_GROUP,
     owners=OWNERS,
     code_version="1",
@@ -268,7 +273,6 @@ def multi_training_data(
 )
 def multi_psp_model(
     context: AssetExecutionContext,
-    config: MultiTrainingConfig,
     storage: StorageResource,
     compute: ComputeResource,
     eval_data: EvaluationDataResource,
@@ -276,6 +280,7 @@ def multi_psp_model(
 ) -> MaterializeResult:
     """Train the multilingual model: hard negatives from the whole mega-batch whatever their
     language (each pair by its kind's rule), unless ``negatives_within: language``."""
+    config = op_config(context, MultiTrainingConfig)
     spec = load_registry().multi.as_language()
     return build_model(
         context,
@@ -290,6 +295,7 @@ def multi_psp_model(
 
 
 @asset(
+    config_schema=plain_schema(EvaluationConfig),
     group_name=MULTI_GROUP,
     owners=OWNERS,
     code_version="1",
@@ -297,12 +303,13 @@ def multi_psp_model(
     kinds={"json"},
 )
 def multi_evaluation(
-    config: EvaluationConfig,
+    context: AssetExecutionContext,
     storage: StorageResource,
     eval_data: EvaluationDataResource,
     profile: ProfileResource,
 ) -> MaterializeResult:
     """Every set the per-language models are evaluated on: English STS, STS-B, every STS 2017
     track of its languages, Tatoeba for each of them, and speed."""
+    config = op_config(context, EvaluationConfig)
     plan = plan_for_languages(load_registry().multi_languages())
     return build_evaluation(MULTI, plan, config, storage, eval_data, profile)

@@ -29,7 +29,7 @@ from dagster import (
 )
 
 from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import RawPairsConfig
+from assets.config import RawPairsConfig, op_config, plain_schema
 from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import report_metadata
@@ -128,6 +128,7 @@ def _inbox_parts(spec: LanguageSpec, inbox: Path, files: list[Path], stage: Stag
 
 
 @asset(
+    config_schema=plain_schema(RawPairsConfig),
     partitions_def=language_partitions,
     group_name=DATA_GROUP,
     owners=OWNERS,
@@ -146,12 +147,12 @@ def _inbox_parts(spec: LanguageSpec, inbox: Path, files: list[Path], stage: Stag
 )
 def raw_pairs(
     context: AssetExecutionContext,
-    config: RawPairsConfig,
     storage: StorageResource,
     opus: OpusResource,
     paranmt: ParaNmtResource,
 ) -> MaterializeResult:
     """Download (cached) or import the language's bitext / paraphrases into one pair file."""
+    config = op_config(context, RawPairsConfig)
     with fail_at_once_unless_transient():
         return _materialize(context, config, storage, opus, paranmt)
 

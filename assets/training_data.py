@@ -18,7 +18,7 @@ from dagster import (
 )
 
 from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import TrainingDataConfig
+from assets.config import TrainingDataConfig, op_config, plain_schema
 from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import pipeline_funnel_table, report_metadata
@@ -49,6 +49,7 @@ def count_empty_sentences(path) -> tuple[int, int]:
 
 
 @asset(
+    config_schema=plain_schema(TrainingDataConfig),
     partitions_def=language_partitions,
     group_name=DATA_GROUP,
     owners=OWNERS,
@@ -67,11 +68,11 @@ def count_empty_sentences(path) -> tuple[int, int]:
 )
 def training_data(
     context: AssetExecutionContext,
-    config: TrainingDataConfig,
     storage: StorageResource,
     compute: ComputeResource,
 ) -> MaterializeResult:
     """Shuffle (seeded, bounded memory), encode and pack the pairs for training."""
+    config = op_config(context, TrainingDataConfig)
     spec = load_registry()[context.partition_key]
     return build_training_data(context, spec, config, storage, compute)
 

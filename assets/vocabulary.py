@@ -7,7 +7,7 @@ from dataclasses import asdict
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
 from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import SentencepieceConfig
+from assets.config import SentencepieceConfig, op_config, plain_schema
 from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata
@@ -23,6 +23,7 @@ SEED = 1
 
 
 @asset(
+    config_schema=plain_schema(SentencepieceConfig),
     partitions_def=language_partitions,
     group_name=DATA_GROUP,
     owners=OWNERS,
@@ -32,12 +33,12 @@ SEED = 1
 )
 def sentencepiece_model(
     context: AssetExecutionContext,
-    config: SentencepieceConfig,
     storage: StorageResource,
     compute: ComputeResource,
     profile: ProfileResource,
 ) -> MaterializeResult:
     """Train the unigram sentencepiece model (paper: vocab 50,000, coverage 0.995, 10M sample)."""
+    config = op_config(context, SentencepieceConfig)
     spec = load_registry()[context.partition_key]
     return build_sentencepiece(context, spec, config, storage, compute, profile)
 

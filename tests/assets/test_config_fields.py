@@ -32,3 +32,19 @@ def test_built_in_values_show_as_null_in_the_launchpad_and_hold_in_the_code() ->
     assert TrainingDataConfig(seed=7).seed == 7 and TrainingDataConfig().force is False
     assert ComputeResource().device == "auto" and ComputeResource(device="cpu").device == "cpu"
     assert OpusResource().retries == 5 and OpusResource(retries=0).retries == 0
+
+
+def test_stage_settings_are_typed_plainly_in_the_launchpad() -> None:
+    """Int, Float, String, Bool (null where allowed), not Dagster's ``Int | { env: String }``:
+    no stage setting is read from an environment variable."""
+    graph = defs.get_repository_def().asset_graph
+    kinds = {}
+    for key in graph.get_all_asset_keys():
+        schema = defs.get_assets_def(key).op.config_schema
+        for name, field in (getattr(schema.config_type, "fields", None) or {}).items():
+            kinds[f"{key.to_user_string()}.{name}"] = field.config_type.key
+    assert kinds["psp_model.epochs"] == "Noneable.Int"
+    assert kinds["psp_model.exports"] == "Array.String"
+    assert kinds["raw_pairs.opus_versions"] == "Map.String.String"
+    sources = {name: kind for name, kind in kinds.items() if "Source" in kind}
+    assert sources == {}
