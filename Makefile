@@ -67,10 +67,12 @@ ui: $(STAMP)
 		$(VENV)/bin/dagster dev -h $(UI_HOST) -p $(UI_PORT)
 
 # the OpenAI embeddings API over the promoted models under PSP_STORAGE_ROOT (make run's), on
-# 127.0.0.1:PORT; a newly promoted version is swapped in while it serves
+# 127.0.0.1:PORT, SERVE_WORKERS processes (each a copy of the models; docs/serving.md); a newly
+# promoted version is swapped in while it serves
 PORT ?= 8000
+SERVE_WORKERS ?= 2
 serve: $(STAMP)
-	$(VENV)/bin/psp serve --storage-root $(PSP_STORAGE_ROOT) --port $(PORT)
+	$(VENV)/bin/psp serve --storage-root $(PSP_STORAGE_ROOT) --port $(PORT) --workers $(SERVE_WORKERS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -4,10 +4,10 @@ while a promotion swaps the model, once in a cell and every second (no failed re
 
 The server: ``psp serve`` in its own process (1 tokenizer thread), serving a registry of two
 versions of the ``embed_corpus.py`` bundle shape (vocabulary 20k, dim 1024). The clients: one
-process of asyncio connections with keep-alive, each sending its next request when the previous
-answer is read (a closed loop), each request prebuilt; the sentences are the shared STS sentences
-(repeated: a server's queries), batches drawn in turn. Client and server share this machine's
-cores, so the figures are a floor.
+process of asyncio connections with keep-alive (answers read by counting bytes), each sending its
+next request when the previous answer is read (a closed loop), each request prebuilt; the
+sentences are the shared STS sentences (repeated: a server's queries), batches drawn in turn.
+Client and server share this machine's cores, so the figures are a floor.
 
 Prints one JSON object on stdout; logs go to stderr.
 """
@@ -71,26 +71,60 @@ def request_bytes(port: int, texts: list[str], encoding: str) -> bytes:
     return head.encode() + body
 
 
+class _Answers(asyncio.Protocol):
+    """Reads HTTP answers on one keep-alive connection by counting bytes (the status line and
+    Content-Length parsed, the body not copied): a client that costs the shared cores as little
+    as possible, so the figures are the server's."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.remaining: int | None = None
+        self.status = b""
+        self.done: asyncio.Future | None = None
+
+    def expect(self) -> asyncio.Future:
+        self.done = asyncio.get_running_loop().create_future()
+        return self.done
+
+    def data_received(self, data: bytes) -> None:
+        if self.remaining is None:
+            self.head += data
+            end = self.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head, body = self.head[:end], self.head[end + 4 :]
+            self.head = b""
+            self.status = head.split(b"\r\n", 1)[0]
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            self.remaining = length - len(body)
+        else:
+            self.remaining -= len(data)
+        if self.remaining <= 0 and self.done is not None and not self.done.done():
+            self.remaining = None
+            self.done.set_result(self.status)
+
+
 async def client(port: int, requests: list[bytes], until: float, latencies: list, errors: list):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    loop = asyncio.get_running_loop()
+    transport, answers = await loop.create_connection(_Answers, "127.0.0.1", port)
     index = 0
     try:
         while time.perf_counter() < until:
             payload = requests[index % len(requests)]
             index += 1
             started = time.perf_counter()
-            writer.write(payload)
-            status_line = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
+            answered = answers.expect()
+            transport.write(payload)
+            status_line = await answered
             if b" 200 " not in status_line:
                 errors.append(status_line.decode(errors="replace").strip())
             latencies.append(time.perf_counter() - started)
     finally:
-        writer.close()
+        transport.close()
 
 
 def drive(port: int, requests: list[bytes], clients: int, seconds: float) -> dict:
@@ -126,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
     parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
     parser.add_argument("--clients", default="1,8,64")
+    parser.add_argument("--workers", type=int, default=1, help="psp serve --workers")
     args = parser.parse_args(argv)
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
@@ -136,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     port = free_port()
     server = subprocess.Popen(
         [str(PSP), "serve", "--storage-root", str(storage), "--port", str(port)]
-        + ["--reload-interval", "0.5"],
+        + ["--reload-interval", "0.5", "--workers", str(args.workers)],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -170,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     _common.emit(
         {
             "benchmark": "serve_load",
+            "workers": args.workers,
             "model": str(bundle),
             "machine": _common.machine_info(),
             "loadavg_at_end": _common.loadavg(),

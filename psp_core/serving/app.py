@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import sys
 
 import numpy as np
@@ -50,7 +51,7 @@ class ApiError(Exception):
         return JSONResponse({"error": body}, status_code=self.status)
 
 
-def create_app(models: ModelSet, limits: Limits | None = None) -> Starlette:
+def create_app(models: ModelSet, limits: Limits | None = None, lifespan=None) -> Starlette:
     limits = limits or Limits()
 
     async def embeddings(request: Request) -> Response:
@@ -83,6 +84,7 @@ def create_app(models: ModelSet, limits: Limits | None = None) -> Starlette:
                 "status": "ok",
                 "models": {name: models.get(name).version for name in models.names()},
                 "swaps": models.swaps,
+                "pid": os.getpid(),  # which process answered (psp serve --workers)
             }
         )
 
@@ -103,7 +105,9 @@ def create_app(models: ModelSet, limits: Limits | None = None) -> Starlette:
         Route("/health", health, methods=["GET"]),
     ]
     return Starlette(
-        routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error}
+        routes=routes,
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan,
     )
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from psp_core.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_HELP, storage_root
 from psp_core.serving.limits import Limits
+
+WORKERS_ENV = "PSP_SERVE_WORKERS"
 
 
 def add_serve_parser(commands) -> None:
@@ -35,6 +38,13 @@ def add_serve_parser(commands) -> None:
         "--reload-interval", type=float, default=2.0, help="seconds between promotion checks"
     )
     serve.add_argument("--threads", type=int, default=1, help="tokenizer threads per model")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get(WORKERS_ENV) or 1),
+        help=f"server processes on the port, each with its own copy of the models (default "
+        f"${WORKERS_ENV} or 1; the number of cores serves about twice as much on 2 cores)",
+    )
     serve.add_argument("--max-inputs", type=int, default=Limits.max_inputs)
     serve.add_argument("--max-input-chars", type=int, default=Limits.max_input_chars)
     serve.set_defaults(handler=cmd_serve)
@@ -68,10 +78,26 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    folders = served_folders(args)
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: give 1 or more")
+    if args.workers > 1:
+        from psp_core.serving.workers import ServeSettings, run_workers
+
+        settings = ServeSettings(
+            folders={name: str(path) for name, path in folders.items()},
+            threads=args.threads,
+            reload_interval=args.reload_interval,
+            max_inputs=args.max_inputs,
+            max_input_chars=args.max_input_chars,
+        )
+        run_workers(settings, args.host, args.port, args.workers)
+        return
+
     from psp_core.serving.app import run  # (Starlette and uvicorn: only for this command)
     from psp_core.serving.models import ModelSet
 
-    models = ModelSet(served_folders(args), num_threads=args.threads)
+    models = ModelSet(folders, num_threads=args.threads)
     models.watch(args.reload_interval)
     limits = Limits(max_inputs=args.max_inputs, max_input_chars=args.max_input_chars)
     try:

@@ -214,7 +214,61 @@ def test_a_promotion_is_swapped_in_under_load_without_a_failed_request(server, t
     assert "first" in seen and seen[-1] == "second"
     assert seen.index("second") > 0 and "first" not in seen[seen.index("second") + 8 :]
     health = httpx.get(f"{server.url}/health", timeout=10).json()
-    assert health == {"status": "ok", "models": {"de": second.id}, "swaps": 1}
+    assert health == {
+        "status": "ok",
+        "models": {"de": second.id},
+        "swaps": 1,
+        "pid": server.process.pid,
+    }
+
+
+@pytest.mark.slow
+def test_two_worker_processes_share_the_port_and_each_swaps_in_the_promotion(two_versions):
+    """psp serve --workers 2: both processes answer (their pids in /health), and after a
+    promotion under load every answer is the new version's, with no failed request."""
+    storage, registry, first, second = two_versions
+    server = Server("--storage-root", str(storage), "--reload-interval", "0.2", "--workers", "2")
+    want = {
+        "first": load_model(first.bundle).embed(SENTENCES[:2]),
+        "second": load_model(second.bundle).embed(SENTENCES[:2]),
+    }
+    seen, failures, pids, stop = [], [], set(), threading.Event()
+
+    def client_loop() -> None:
+        while not stop.is_set():
+            try:  # a new connection each time: the kernel picks the process
+                pids.add(httpx.get(f"{server.url}/health", timeout=10).json()["pid"])
+                data = server.client().embeddings.create(model="de", input=SENTENCES[:2]).data
+            except Exception as error:  # noqa: BLE001 (every failure counts)
+                failures.append(repr(error))
+                continue
+            got = np.array([item.embedding for item in data])
+            match = [
+                name for name, vectors in want.items() if cosines(got, vectors).min() >= 0.9999
+            ]
+            seen.append(match[0] if match else "neither")
+
+    threads = [threading.Thread(target=client_loop) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (len(pids) < 2 or seen.count("first") < 8):
+            time.sleep(0.1)
+        registry.promote(second.id, reason="swap under load")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and seen[-20:] != ["second"] * 20:
+            time.sleep(0.1)
+        settled = len(seen)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        server.stop()
+    assert failures == [] and "neither" not in seen
+    assert len(pids) == 2 and server.process.pid not in pids
+    assert "first" in seen and set(seen[settled:]) == {"second"}
 
 
 @pytest.mark.slow
@@ -252,3 +306,42 @@ def test_json_error_shape_for_every_route(tmp_path):
     response = client.get("/v1/embeddings")
     assert response.status_code == 405
     assert json.loads(response.text)["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_replaced_and_a_taken_port_is_a_clear_error(two_versions):
+    storage = two_versions[0]
+    server = Server("--storage-root", str(storage), "--workers", "2")
+    try:
+        pids = set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(pids) < 2:
+            pids.add(httpx.get(f"{server.url}/health", timeout=10).json()["pid"])
+        victim = min(pids)
+        subprocess.run(["kill", "-9", str(victim)], check=True)
+        after = set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(after - {victim}) < 2:
+            try:
+                after.add(httpx.get(f"{server.url}/health", timeout=10).json()["pid"])
+            except httpx.TransportError:
+                time.sleep(0.1)  # the dead worker's queued connection, reset
+        assert victim not in after and len(after) == 2
+        response = server.client().embeddings.create(model="de", input=SENTENCES[:1])
+        assert len(response.data[0].embedding) == 16
+    finally:
+        server.stop()
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        completed = subprocess.run(
+            [str(PSP_SCRIPT), "serve", "--storage-root", str(storage), "--port", str(port)]
+            + ["--workers", "2"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert completed.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in completed.stderr
