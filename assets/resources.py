@@ -81,7 +81,22 @@ class StorageResource(ConfigurableResource):
         return hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
 
 
-class OpusResource(ConfigurableResource, NullMeansDefault):
+class DownloadResource(ConfigurableResource, NullMeansDefault):
+    """What every downloading resource shares: its retry settings."""
+
+    retries: int | None = null_default(
+        5, "Retries of a failed request (connection errors, 429, 5xx)."
+    )
+    backoff: float | None = null_default(
+        0.5, "Backoff factor: seconds before a retry, doubling each time."
+    )
+    timeout: float | None = null_default(60.0, "Seconds without an answer before a retry.")
+
+    def session(self) -> requests.Session:
+        return retrying_session(self.retries, self.backoff)
+
+
+class OpusResource(DownloadResource):
     """The OPUS API and its zip downloads (mirrors and loopback servers via the base URLs).
 
     ``api_base`` unset (null) is OPUS's public API; the code location leaves it unset when no
@@ -92,19 +107,9 @@ class OpusResource(ConfigurableResource, NullMeansDefault):
         default=None, description=f"The OPUS API (null: OPUS's public API, {OPUS_API})."
     )
     download_base: str | None = None
-    retries: int | None = null_default(
-        5, "Retries of a failed request (connection errors, 429, 5xx)."
-    )
-    backoff: float | None = null_default(
-        0.5, "Backoff factor: seconds before a retry, doubling each time."
-    )
-    timeout: float | None = null_default(60.0, "Seconds without an answer before a retry.")
 
     def api(self) -> str:
         return self.api_base or OPUS_API
-
-    def session(self) -> requests.Session:
-        return retrying_session(self.retries, self.backoff)
 
     def fetch_bitext(
         self, lang: str, corpora: Sequence[OpusCorpus], cache_dir: Path, output: Path
@@ -152,7 +157,7 @@ class OpusResource(ConfigurableResource, NullMeansDefault):
         return max(versions, key=version_key) if versions else None
 
 
-class ParaNmtResource(ConfigurableResource, NullMeansDefault):
+class ParaNmtResource(DownloadResource):
     """ParaNMT-50M: an http(s) URL of ``para-nmt-50m.zip`` or a local zip/.txt/.txt.gz path
     (unset, null: the public download; left unset when no language of the registry reads
     ParaNMT)."""
@@ -160,13 +165,6 @@ class ParaNmtResource(ConfigurableResource, NullMeansDefault):
     url: str | None = Field(
         default=None, description=f"ParaNMT's zip, URL or path (null: {PARANMT_URL})."
     )
-    retries: int | None = null_default(
-        5, "Retries of a failed request (connection errors, 429, 5xx)."
-    )
-    backoff: float | None = null_default(
-        0.5, "Backoff factor: seconds before a retry, doubling each time."
-    )
-    timeout: float | None = null_default(60.0, "Seconds without an answer before a retry.")
 
     def source(self) -> str:
         return self.url or PARANMT_URL
