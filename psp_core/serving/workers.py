@@ -3,9 +3,10 @@
 models and its own watcher of the promoted versions; a worker that dies is replaced.
 
 One process answers requests one Python thread at a time: tokenizing and writing the answer
-hold the GIL, so a second core helps little. On the 2-core test machine two processes served
-1.9x the batches of 64 as JSON floats and 2.6x as base64 of one, with p99 at 8 clients down from
-46 to 34 ms (benchmarks/README.md); each costs the models' memory once more.
+hold the GIL, so a second core helps little. On the 2-core test machine, at 8 clients, two
+workers served 2.2x the batches of 64 as JSON floats and 1.9x as base64 of one, and the floats'
+p99 fell from 60 to 34 ms (benchmarks/README.md, serve_load.py); each worker costs the models'
+memory once more.
 
 The settings reach the worker processes (started by ``spawn``) through one environment
 variable, :data:`SETTINGS_ENV`, read by :func:`app_from_environment`, the app factory uvicorn
