@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import sys
 
 import numpy as np
 import orjson
@@ -229,17 +228,3 @@ def _model_card(served: Served) -> dict:
         "version": served.version,
         "dimensions": served.model.dim,
     }
-
-
-def run(models: ModelSet, host: str, port: int, limits: Limits | None = None) -> None:
-    """Serve until interrupted (uvicorn's own SIGINT/SIGTERM handling: requests in flight end)."""
-    import uvicorn
-
-    app = create_app(models, limits)
-    print(
-        f"psp serve: {', '.join(f'{n} ({models.get(n).version})' for n in models.names())} "
-        f"on http://{host}:{port}/v1",
-        file=sys.stderr,
-        flush=True,
-    )
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

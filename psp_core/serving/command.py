@@ -78,29 +78,17 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    folders = served_folders(args)
+    from psp_core.serving.server import ServeSettings, serve  # (Starlette, uvicorn: only here)
+
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: give 1 or more")
-    if args.workers > 1:
-        from psp_core.serving.workers import ServeSettings, run_workers
-
-        settings = ServeSettings(
-            folders={name: str(path) for name, path in folders.items()},
-            threads=args.threads,
-            reload_interval=args.reload_interval,
-            max_inputs=args.max_inputs,
-            max_input_chars=args.max_input_chars,
-        )
-        run_workers(settings, args.host, args.port, args.workers)
-        return
-
-    from psp_core.serving.app import run  # (Starlette and uvicorn: only for this command)
-    from psp_core.serving.models import ModelSet
-
-    models = ModelSet(folders, num_threads=args.threads)
-    models.watch(args.reload_interval)
-    limits = Limits(max_inputs=args.max_inputs, max_input_chars=args.max_input_chars)
-    try:
-        run(models, args.host, args.port, limits)
-    finally:
-        models.stop()
+    settings = ServeSettings(
+        folders=served_folders(args),
+        host=args.host,
+        port=args.port,
+        threads=args.threads,
+        reload_interval=args.reload_interval,
+        max_inputs=args.max_inputs,
+        max_input_chars=args.max_input_chars,
+    )
+    serve(settings, args.workers)

@@ -1,0 +1,184 @@
+"""Running ``psp serve``: one process (the default), or ``--workers N`` processes on one port.
+
+Each process builds the same app (:func:`serving_app`): its own copy of the models, watched for
+promotions from the app's start to its end. With ``--workers N`` every worker listens on a
+socket of its own with ``SO_REUSEPORT``, so the kernel spreads new connections over them; a
+worker that dies is replaced, one that dies before it ever served stops the server with its
+error.
+
+One process answers requests one Python thread at a time: tokenizing and writing the answer
+hold the GIL, so a second core helps little. On the 2-core test machine, at 8 clients, two
+workers served 2.2x the batches of 64 as JSON floats and 1.9x as base64 of one, and the floats'
+p99 fell from 60 to 34 ms (benchmarks/README.md, serve_load.py); each worker costs the models'
+memory once more. (uvicorn's own ``workers`` shares one socket: the process that woke first
+took the burst of 8 keep-alive connections and kept them, 244 batches/s where two separate
+ports served 487.)
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psp_core.serving.limits import Limits
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``psp serve`` was asked for (picklable: it is what a worker process receives)."""
+
+    folders: dict[str, Path]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    threads: int = 1
+    reload_interval: float = 2.0
+    max_inputs: int = Limits.max_inputs
+    max_input_chars: int = Limits.max_input_chars
+
+
+def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None = None):
+    """The app of one process: its models loaded now, watched for promotions while it serves;
+    ``on_serving`` is called once it serves."""
+    from psp_core.serving.app import create_app
+    from psp_core.serving.models import ModelSet
+
+    models = ModelSet(settings.folders, num_threads=settings.threads)
+    limits = Limits(max_inputs=settings.max_inputs, max_input_chars=settings.max_input_chars)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        models.watch(settings.reload_interval)
+        served = ", ".join(f"{n} ({models.get(n).version})" for n in models.names())
+        print(
+            f"psp serve (pid {os.getpid()}): {served} on http://{settings.host}:{settings.port}/v1",
+            file=sys.stderr,
+            flush=True,
+        )
+        if on_serving is not None:
+            on_serving()
+        try:
+            yield
+        finally:
+            models.stop()
+
+    return create_app(models, limits, lifespan=lifespan)
+
+
+def serve(settings: ServeSettings, workers: int = 1) -> None:
+    """Serve until SIGINT or SIGTERM (uvicorn's graceful shutdown: requests in flight end)."""
+    if workers > 1:
+        _run_workers(settings, workers)
+        return
+    import uvicorn
+
+    uvicorn.run(
+        serving_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+def _run_workers(settings: ServeSettings, workers: int) -> None:
+    _check_port_free(settings.host, settings.port)
+    context = multiprocessing.get_context("spawn")
+    stopping = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stopping.set())
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    running = [_Worker.start(context, settings) for _ in range(workers)]
+    try:
+        while not stopping.wait(0.5):
+            for index, worker in enumerate(running):
+                if worker.process.is_alive():
+                    continue
+                if not worker.served():  # it never served: the next one would fail the same way
+                    raise RuntimeError(
+                        f"psp serve worker {worker.process.pid} exited "
+                        f"({worker.process.exitcode}) before it served: see its error above"
+                    )
+                log.warning(
+                    "psp serve worker %s exited (%s): replaced",
+                    worker.process.pid,
+                    worker.process.exitcode,
+                )
+                running[index] = _Worker.start(context, settings)
+    finally:
+        for worker in running:
+            worker.process.terminate()  # uvicorn's graceful shutdown: requests in flight end
+        for worker in running:
+            worker.process.join(30)
+            if worker.process.is_alive():
+                worker.process.kill()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@dataclass
+class _Worker:
+    """A worker process and the pipe on which it says, once, that it serves."""
+
+    process: Any
+    reader: Any
+    ready: bool = False
+
+    @classmethod
+    def start(cls, context, settings: ServeSettings) -> _Worker:
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(target=_worker, args=(settings, writer), daemon=True)
+        process.start()
+        writer.close()  # the child's copy is the one that writes
+        return cls(process, reader)
+
+    def served(self) -> bool:
+        if not self.ready and self.reader.poll():
+            self.ready = True
+        return self.ready
+
+
+def _worker(settings: ServeSettings, ready) -> None:
+    """One worker process: its own socket on the shared port, uvicorn serving the app."""
+    import uvicorn
+
+    sock = _socket(settings.host, settings.port, reuse_port=True)
+    app = serving_app(settings, on_serving=lambda: ready.send(True))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler found
+    # at its start: this one ends the process normally (its multiprocessing semaphores
+    # released, not reported leaked by the resource tracker)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    return sock
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """A clear error now if another program holds the port (each worker would fail to bind)."""
+    try:
+        _socket(host, port, reuse_port=False).close()
+    except OSError as error:
+        raise ValueError(f"cannot listen on {host}:{port}: {error.strerror}") from error
