@@ -57,9 +57,7 @@ def sts_table(sts: Mapping[str, Any], paper: Mapping[str, Any]) -> MetadataValue
         years = sts["mean_over_years"]
         rows.append(
             {
-                "set": "mean " + "-".join(dict.fromkeys([years[0], years[-1]]))
-                if years
-                else "mean",
+                "set": f"mean {_span(years)}" if years else "mean",
                 "pairs": int(sts["mean"]["n"]),
                 "pearson": _round(sts["mean"]["pearson"]),
                 "spearman": _round(sts["mean"]["spearman"]),
@@ -159,9 +157,9 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _years(row: Mapping[str, Any]) -> str:
-    years = row["sts_years"]
-    return "-".join(dict.fromkeys([years[0], years[-1]])) if years else "-"
+def _span(years: list[str]) -> str:
+    """``2012-2014`` (or ``2012`` alone)."""
+    return "-".join(dict.fromkeys([years[0], years[-1]]))
 
 
 def scoreboard_tables(
@@ -170,7 +168,7 @@ def scoreboard_tables(
 ) -> dict[str, MetadataValue]:
     """The scoreboard's tables (``psp_core.evaluation.scoreboard_rows``): ``scoreboard`` with a
     short row per language, ``sts17`` and ``tatoeba`` with one row per track or language and the
-    paper's figure, and ``multi_vs_languages`` (``comparison_rows``) when there is a
+    paper's figure, and ``multi_vs_languages`` (``psp_core.evaluation.scoreboard``) when there is a
     multilingual model. Tables, not markdown: they show inline at any length, with no wrapping
     cell."""
     board, tracks, tatoeba = [], [], []
@@ -182,7 +180,7 @@ def scoreboard_tables(
             {
                 "lang": row["lang"],
                 "sts_mean": _round(row["sts_mean_pearson"]),
-                "sts_years": _years(row),
+                "sts_years": _span(row["sts_years"]) if row["sts_years"] else "-",
                 "stsb_dev": _round(row["stsb_dev_pearson"]),
                 "sts17_mean": _round(_mean(list(scored.values()))),
                 "tatoeba_error": _round(_mean(errors)),
@@ -240,12 +238,11 @@ _STS17_BOARD = TableSchema(
 _TATOEBA_BOARD = TableSchema(
     columns=[
         TableColumn("lang", "string"),
-        TableColumn("language", "string"),
-        TableColumn(
-            "error_mean", "float", description="% retrieved wrong, both directions (cosine)"
+        *(
+            column
+            for column in TATOEBA_COLUMNS.columns
+            if column.name in ("language", "error_mean", "margin_error_mean", "paper")
         ),
-        TableColumn("margin_error_mean", "float", description="the same with margin scoring"),
-        TableColumn("paper", "float", description="the paper's P-SP error %, mean"),
     ]
 )
 _COMPARISON = TableSchema(

@@ -22,12 +22,7 @@ from assets.languages import MULTI, load_registry
 from assets.resources import StorageResource
 from assets.stage import read_manifest
 from ops.text_io import atomic_path
-from psp_core.evaluation import (
-    comparison_markdown,
-    comparison_rows,
-    scoreboard_markdown,
-    scoreboard_rows,
-)
+from psp_core.evaluation import scoreboard
 
 #: evaluations made before the automation's first tick (the daemon started after them): the
 #: scoreboard was never built while some language has an evaluation; fires on the tick it
@@ -70,22 +65,26 @@ def evaluation_scoreboard(storage: StorageResource) -> MaterializeResult:
                 not_evaluated.append(code)
             continue
         results[code] = json.loads(manifest.output("json").read_text(encoding="utf-8"))
-    rows, compared = scoreboard_rows(results), comparison_rows(results, MULTI)
-    table = scoreboard_markdown(results)
+    board = scoreboard(results, MULTI)
+    table = board.markdown
     if not_evaluated:
         table += "\n\nNot evaluated yet: " + ", ".join(not_evaluated)
-    if compared:
+    if board.compared:
         table += "\n\nThe multilingual model beside the per-language models:\n\n"
-        table += comparison_markdown(results, MULTI)
+        table += board.comparison_markdown
     directory = storage.stage_dir("_all", "evaluation_scoreboard")
     with atomic_path(directory / "scoreboard.md") as tmp:
         tmp.write_text(table + "\n", encoding="utf-8")
     with atomic_path(directory / "scoreboard.json") as tmp:
-        saved = {"languages": rows, "not_evaluated": not_evaluated, "multi_vs_languages": compared}
+        saved = {
+            "languages": board.rows,
+            "not_evaluated": not_evaluated,
+            "multi_vs_languages": board.compared,
+        }
         tmp.write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
     return MaterializeResult(
         metadata={
-            **scoreboard_tables(rows, compared),
+            **scoreboard_tables(board.rows, board.compared),
             "languages": MetadataValue.text(", ".join(sorted(results)) or "none yet"),
             "not_evaluated": MetadataValue.text(", ".join(not_evaluated) or "none"),
             "path": MetadataValue.path(str(directory / "scoreboard.md")),

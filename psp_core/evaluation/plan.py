@@ -115,17 +115,39 @@ def scoreboard_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, 
     return rows
 
 
+@dataclass(frozen=True)
+class Scoreboard:
+    """Every language's evaluation side by side, read once: :func:`scoreboard_rows`,
+    the multilingual model beside the per-language models (``compared``), and both as
+    markdown."""
+
+    rows: list[dict[str, Any]]
+    compared: list[dict[str, Any]]
+    markdown: str
+    comparison_markdown: str
+
+
+def scoreboard(results: Mapping[str, Mapping[str, Any]], model: str = "multi") -> Scoreboard:
+    rows = scoreboard_rows(results)
+    compared = _compare(rows, model)
+    return Scoreboard(rows, compared, _board_markdown(rows), _comparison_markdown(compared, model))
+
+
 def scoreboard_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
     """A markdown table across languages; the paper's P-SP numbers in parentheses, its STS
     mean in a column of its own labelled by the years it covers. A row's STS mean says what it
     is over when that is less than the paper's; the dev set's STS 2017 track is marked dev."""
+    return _board_markdown(scoreboard_rows(results))
+
+
+def _board_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"| lang | STS mean (Pearson) | paper STS {PAPER_STS_MEAN_YEARS} mean "
         "| STS 2017 Pearson (paper) | STS-B dev split "
         "| Tatoeba error % cosine (paper) / margin | sentences/s |",
         "|---|---|---:|---|---:|---|---:|",
     ]
-    for row in scoreboard_rows(results):
+    for row in rows:
         sts = _cell(row["sts_mean_pearson"])
         if row["sts_mean_note"]:
             sts += f" {row['sts_mean_note']}"
@@ -170,15 +192,13 @@ def _comparison_sets(row: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
     return sets
 
 
-def comparison_rows(
-    results: Mapping[str, Mapping[str, Any]], model: str = "multi"
-) -> list[dict[str, Any]]:
+def _compare(board: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
     """``model`` (the multilingual model) beside the per-language models, one row per set it
     was evaluated on: ``set``, ``score``, the best per-language model (``best_model``,
     ``best_score``) and ``better_by`` (positive: ``model`` is better; for Tatoeba, error rates,
     the sign is turned so that positive still means better). Empty when ``model`` has no
     results."""
-    rows = {row["lang"]: row for row in scoreboard_rows(results)}
+    rows = {row["lang"]: row for row in board}
     ours = rows.pop(model, None)
     if ours is None:
         return []
@@ -203,8 +223,12 @@ def comparison_rows(
 
 
 def comparison_markdown(results: Mapping[str, Mapping[str, Any]], model: str = "multi") -> str:
-    """:func:`comparison_rows` as a markdown table (empty when ``model`` has no results)."""
-    compared = comparison_rows(results, model)
+    """``model`` (the multilingual model) beside the per-language models as a markdown table
+    (empty when ``model`` has no results)."""
+    return _comparison_markdown(_compare(scoreboard_rows(results), model), model)
+
+
+def _comparison_markdown(compared: list[dict[str, Any]], model: str) -> str:
     if not compared:
         return ""
     lines = [
