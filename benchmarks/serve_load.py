@@ -71,6 +71,14 @@ def request_bytes(port: int, texts: list[str], encoding: str) -> bytes:
     return head.encode() + body
 
 
+def prebuilt(port: int, sentences: list[str], batch: int, encoding: str) -> list[bytes]:
+    """Up to 512 requests of ``batch`` sentences each, in the order of ``sentences``."""
+    return [
+        request_bytes(port, sentences[i : i + batch], encoding)
+        for i in range(0, min(len(sentences), 512 * batch), batch)
+    ]
+
+
 class _Answers(asyncio.Protocol):
     """Reads HTTP answers on one keep-alive connection by counting bytes (the status line and
     Content-Length parsed, the body not copied): a client that costs the shared cores as little
@@ -180,10 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         results = {}
         for batch in (1, 64):
             for encoding in ("float", "base64"):
-                requests = [
-                    request_bytes(port, sentences[i : i + batch], encoding)
-                    for i in range(0, min(len(sentences), 512 * batch), batch)
-                ]
+                requests = prebuilt(port, sentences, batch, encoding)
                 for clients in map(int, args.clients.split(",")):
                     name = f"batch{batch}_{encoding}_clients{clients}"
                     figures = drive(port, requests, clients, args.seconds)
@@ -227,29 +232,28 @@ def main(argv: list[str] | None = None) -> None:
 
 def _while_swapping(port, storage, versions, sentences, seconds) -> dict:
     """Each cell twice: one promotion in the middle of the cell (a retrain promoted while the
-    server is busy), and a promotion every second (a stress: each swap loads 80 MB and warms
-    the new model on the recent texts, on the same 2 cores)."""
+    server is busy), and a promotion every second (a stress: each swap loads the other version,
+    80 MB, beside the served one, on the same 2 cores)."""
     from psp_core.registry import ModelRegistry
 
     registry = ModelRegistry(storage / "de" / "psp_model")
     swaps = []
     turn = [1]
 
-    def swapper(stop: threading.Event, every: float) -> None:
-        while not stop.wait(every):
+    def swapper(stop: threading.Event, every: float, times: int) -> None:
+        for _ in range(times):
+            if stop.wait(every):
+                return
             registry.promote(versions[turn[0]], reason="benchmark swap")
             swaps.append(versions[turn[0]])
             turn[0] = 1 - turn[0]
 
     results = {}
-    for label, every in (("once", seconds / 2), ("every_second", 1.0)):
+    for label, every, times in (("once", seconds / 2, 1), ("every_second", 1.0, int(seconds))):
         for batch, clients in ((1, 8), (64, 8)):
-            requests = [
-                request_bytes(port, sentences[i : i + batch], "base64")
-                for i in range(0, min(len(sentences), 512 * batch), batch)
-            ]
+            requests = prebuilt(port, sentences, batch, "base64")
             stop = threading.Event()
-            thread = threading.Thread(target=swapper, args=(stop, every))
+            thread = threading.Thread(target=swapper, args=(stop, every, times))
             thread.start()
             try:
                 figures = drive(port, requests, clients, seconds)
