@@ -17,9 +17,15 @@ round by round (``--rounds``, median reported):
 * ``cache_off``: ``load_model(path, word_cache_size=0)`` (sentencepiece per sentence);
 * ``model2vec`` / ``sentence_transformers``: the same bundle exported (``psp_core.export``) and
   run by those libraries (``StaticModel.encode``, ``SentenceTransformer.encode``), when they are
-  installed;
-* ``default_all_cores``: ``load_model(path, num_threads=N)`` with ``torch.set_num_threads(N)``,
-  N the cores this process may use.
+  installed, on 1 thread like the paths above: their tokenizer's own thread pool off
+  (``TOKENIZERS_PARALLELISM=false``, ``RAYON_NUM_THREADS=1``) and model2vec's multiprocessing
+  off (``use_multiprocessing=False``; it is on by default from 10,000 sentences);
+* ``default_all_cores``: ``load_model(path, workers=N)`` (N processes, each on 1 thread:
+  :mod:`psp_core.embed_workers`), N the cores this process may use;
+* ``threads_all_cores``: ``load_model(path, num_threads=N)`` with ``torch.set_num_threads(N)``
+  (one process, N threads), for comparison;
+* ``model2vec_all_cores``: model2vec as it runs by default (its multiprocessing and its
+  tokenizer's threads).
 
 Also, in its own fresh process per round, the repeated-STS figure of earlier benchmarks: the
 20,216 shared STS sentences embedded again and again with the defaults (``sts_repeated``: the
@@ -132,12 +138,14 @@ def worker(args: argparse.Namespace) -> dict:
     torch.set_num_threads(threads)
     sentences = Path(args.corpus).read_text(encoding="utf-8").splitlines()
     if args.path in ("model2vec", "sentence_transformers"):
-        embed = load_peer(args.path, args.model)
+        embed = load_peer(args.path, args.model, all_cores=args.workers > 1)
     else:
         from psp_core import load_model
 
         options = {"word_sums_off": {"word_vector_bytes": 0}, "cache_off": {"word_cache_size": 0}}
-        model = load_model(args.model, num_threads=threads, **options.get(args.path, {}))
+        model = load_model(
+            args.model, num_threads=threads, workers=args.workers, **options.get(args.path, {})
+        )
 
         def embed(texts):
             return model.embed(texts, batch_size=BATCH_SIZE)
@@ -152,12 +160,17 @@ def worker(args: argparse.Namespace) -> dict:
     return {"sentences": len(sentences), "seconds": seconds}
 
 
-def load_peer(name: str, folder: str):
+def load_peer(name: str, folder: str, all_cores: bool):
+    if not all_cores:  # (read by the tokenizers library when its thread pool starts)
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        os.environ["RAYON_NUM_THREADS"] = "1"
     if name == "model2vec":
         from model2vec import StaticModel
 
         model = StaticModel.from_pretrained(folder)
-        return lambda texts: model.encode(texts, batch_size=BATCH_SIZE)
+        return lambda texts: model.encode(
+            texts, batch_size=BATCH_SIZE, use_multiprocessing=all_cores
+        )
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(folder, device="cpu", local_files_only=True)
@@ -203,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", choices=[*PATHS, "sts"], dest="path", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--passes", type=int, default=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.path:
@@ -226,8 +240,15 @@ def main(argv: list[str] | None = None) -> None:
         elif path in ("default", "word_sums_off", "cache_off"):
             plan.append((path, ["--worker", path, "--model", str(bundle)]))
     if not args.no_all_cores and cores > 1:
-        argv_all = ["--worker", "default", "--model", str(bundle), "--threads", str(cores)]
+        argv_all = ["--worker", "default", "--model", str(bundle), "--workers", str(cores)]
         plan.append(("default_all_cores", argv_all))
+        argv_threads = ["--worker", "default", "--model", str(bundle), "--threads", str(cores)]
+        plan.append(("threads_all_cores", argv_threads))
+        if "model2vec" in peers:
+            argv_peer = ["--worker", "model2vec", "--model", str(peers["model2vec"])]
+            plan.append(
+                ("model2vec_all_cores", [*argv_peer, "--passes", "1", "--workers", str(cores)])
+            )
     plan.append(("sts_repeated", ["--worker", "sts", "--model", str(bundle)]))
     machine = _common.machine_info()
     rounds: dict[str, list[dict]] = {name: [] for name, _ in plan}
@@ -293,6 +314,11 @@ def goals(summary: dict) -> dict:
             ratio = summary["default_all_cores"]["median"] / default
             result["all_cores_vs_one"] = round(ratio, 2)
             result["all_cores_at_least_1.7x"] = ratio >= GOAL_ALL_CORES
+        if "default_all_cores" in summary and "model2vec_all_cores" in summary:
+            ratio = (
+                summary["default_all_cores"]["median"] / summary["model2vec_all_cores"]["median"]
+            )
+            result["all_cores_vs_model2vec_all_cores"] = round(ratio, 2)
     return result
 
 

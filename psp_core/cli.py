@@ -31,6 +31,7 @@ from psp_core.corpus_files import (
     read_lines,
 )
 from psp_core.download import DownloadError
+from psp_core.embed_workers import MIN_SENTENCES_PER_WORKER
 from psp_core.model import EMBED_BATCH_SIZE, load_model
 from psp_core.output_dirs import work_directory_beside
 from psp_core.output_files import (
@@ -98,7 +99,13 @@ def cmd_embed(args: argparse.Namespace) -> None:
         return Corpus(path, input_format, name, field=field, id_field=args.id_field)
 
     corpus = None if from_stdin else corpus_at(source, str(source))  # its errors come first
-    model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
+    model = load_model(
+        args.model,
+        num_threads=args.threads,
+        dtype=args.dtype,
+        device=args.device,
+        workers=args.workers,
+    )
     dim = _checked_dim(args.dim, model)
     if not from_stdin:
         _embed_corpus(model, corpus, output, dim, args)
@@ -136,11 +143,13 @@ def _embed_corpus(model, corpus: Corpus, output: Path, dim: int, args) -> None:
     )
     # two buffers taking turns: one is embedded into while the other is written, and fresh
     # memory is only touched once
-    buffers = [np.empty((min(count, EMBED_CHUNK), model.dim), dtype=np.float32) for _ in "ab"]
+    # (with workers, chunks big enough for a share each: psp_core/embed_workers.py)
+    chunk = EMBED_CHUNK if model.workers == 1 else 2 * model.workers * MIN_SENTENCES_PER_WORKER
+    buffers = [np.empty((min(count, chunk), model.dim), dtype=np.float32) for _ in "ab"]
     with replaced_when_done(output) as handle, progress:
         writer = open_vector_writer(handle, output, count, dim, args.id_field)
         with writer, WriteBehind(writer) as behind:
-            for index, batch in enumerate(corpus.batches(EMBED_CHUNK)):
+            for index, batch in enumerate(corpus.batches(chunk)):
                 vectors = model.embed(
                     batch.texts,
                     batch_size=args.batch_size,
@@ -362,6 +371,16 @@ def cmd_fetch_eval_data(args: argparse.Namespace) -> None:
     print(json.dumps({"written": written}, indent=2))
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _int_tuple(text: str) -> tuple[int, ...]:
     """``512,256,64`` -> ``(512, 256, 64)``."""
     try:
@@ -473,6 +492,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the first DIM dimensions (a model trained with --matryoshka-dims)",
     )
     embed.add_argument("--threads", type=int, default=1, help="tokenizer threads")
+    embed.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="processes embedding each chunk together, one core each (Linux; 2 on 2 cores: "
+        "about 1.6x one process, where --threads 2 gave 1.4x)",
+    )
     embed.set_defaults(handler=cmd_embed)
 
     score = commands.add_parser("score", help="cosine similarity of s1<TAB>s2 lines")

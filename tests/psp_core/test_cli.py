@@ -87,6 +87,24 @@ def test_embed_writes_what_the_model_computes(
     assert [p.name for p in output.parent.iterdir()] == ["vectors.npy"]
 
 
+def test_embed_with_workers_writes_the_same_vectors(tmp_path, bundle, toy, monkeypatch):
+    from psp_core import embed_workers
+
+    if not embed_workers.can_fork():
+        pytest.skip("workers fork: Linux only")
+    monkeypatch.setattr(embed_workers, "MIN_SENTENCES_PER_WORKER", 100)
+    sentences = [left for left, _ in toy.pairs(1000, seed=3)]
+    source = tmp_path / "sentences.txt"
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    output = tmp_path / "vectors.npy"
+    argv = ["embed", "--sentence-file", str(source), "--model", str(bundle), "--workers", "3"]
+    assert main(argv + ["--output-file", str(output)]) == 0
+    expected = load_model(bundle).embed(sentences)
+    np.testing.assert_allclose(np.load(output), expected, rtol=1e-6, atol=1e-7)
+    with pytest.raises(SystemExit):
+        main(argv[:-1] + ["0", "--output-file", str(tmp_path / "other.npy")])
+
+
 def test_embed_handles_crlf_and_a_missing_final_newline(tmp_path, bundle, sentences):
     source = tmp_path / "crlf.txt"
     source.write_bytes("\r\n".join(sentences).encode("utf-8"))
