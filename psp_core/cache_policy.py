@@ -15,8 +15,10 @@ the cache only adds its costs (measured in benchmarks/README.md, "A corpus in on
 cache could serve (every word cached or seen before:
 :meth:`~psp_core.word_pieces.WordPieceCache.probe`, a lookup, no encoding) and remembers their
 new words; at :data:`RETURN` or more the cache takes whole blocks again, and keeps the next
-:data:`HOLD_BLOCKS` blocks whatever their share (a probe saw only its own sentences: the
-cache needs a pass over the rest to learn their words). A new model starts probing, so a
+:data:`HOLD_BLOCKS` blocks (a probe saw only its own sentences: the cache needs a pass over
+the rest to learn their words) unless one serves under :data:`HOLD_FLOOR` (the words are not
+coming back: a second pass over a large corpus, whose probes fall on the sentences probed the
+first time). After each exit the probes move to other sentences of each block. A new model starts probing, so a
 corpus's first block costs a probe rather than a full fill. The vectors and ids are the same
 either way; only the speed differs.
 """
