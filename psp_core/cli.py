@@ -496,8 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=_positive_int,
         default=1,
-        help="processes embedding each chunk together, one core each (Linux; 2 on 2 cores: "
-        "about 1.6x one process, where --threads 2 gave 1.4x)",
+        help="processes embedding each chunk together, one core each (Linux). The library "
+        "gains 1.8x on 2 cores; here writing the vectors needs a core too, so it pays where "
+        "there is little to write (a smaller --dim) or cores to spare (docs/cli.md)",
     )
     embed.set_defaults(handler=cmd_embed)
 

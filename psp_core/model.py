@@ -286,17 +286,17 @@ def load_model(
         word_cache_size: distinct words whose sentencepiece ids the tokenizer keeps
             (:mod:`psp_core.word_pieces`: the same ids, faster once words recur; 0 turns it off).
             It is used only while it pays for itself (:mod:`psp_core.cache_policy`): on one pass
-            over distinct sentences it only probes (about 37,000 sentences/s on 1 thread, where
-            sentencepiece alone runs about 39,000), on sentences embedded again and again it
-            serves nearly all of them (about 215,000/s; benchmarks/README.md).
+            over distinct sentences it only probes (about 63,000 sentences/s on 1 thread, as
+            with sentencepiece alone), on sentences embedded again and again it serves nearly
+            all of them (about 170,000/s; benchmarks/README.md, "A corpus in one pass").
         word_vector_bytes: memory for the sums of piece vectors of cached words of several
             pieces, which ``embed`` averages over instead of their pieces
             (:mod:`psp_core.word_vectors`; default 128 MiB; 0 turns the path off).
         workers: processes that share a large input to ``embed`` on the CPU (Linux): the
             calling process and ``workers - 1`` forked children, each embedding a contiguous
             share on one thread (:mod:`psp_core.embed_workers`; at least 16,384 sentences a
-            share, so small inputs stay in one process). 2 on 2 cores: about 1.9x one process
-            on a first pass over a corpus, where ``num_threads=2`` gave 1.4x (benchmarks/README.md).
+            share, so small inputs stay in one process). 2 on 2 cores: 1.82x one process on a
+            first pass over a corpus, where ``num_threads=2`` gave 1.51x (benchmarks/README.md).
     """
     device = resolve_device(device)  # a device this machine lacks fails before the bundle is read
     config, spm_proto, embeddings = load_bundle(path)
