@@ -56,8 +56,7 @@ def test_small_inputs_stay_in_one_process(bundle, toy):
 
 
 def _children() -> set[int]:
-    import psutil
-
+    psutil = pytest.importorskip("psutil")  # (the cluster extra, which make install includes)
     return {child.pid for child in psutil.Process().children()}
 
 
@@ -169,8 +168,7 @@ def test_workers_die_with_a_parent_killed_hard(tmp_path: Path):
 
 
 def _alive(pid: int) -> bool:
-    import psutil
-
+    psutil = pytest.importorskip("psutil")
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
