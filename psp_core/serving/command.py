@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from psp_core.cli_args import positive_int
 from psp_core.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_HELP, storage_root
 from psp_core.serving.limits import Limits
 
@@ -40,8 +41,8 @@ def add_serve_parser(commands) -> None:
     serve.add_argument("--threads", type=int, default=1, help="tokenizer threads per model")
     serve.add_argument(
         "--workers",
-        type=int,
-        default=int(os.environ.get(WORKERS_ENV) or 1),
+        type=positive_int,
+        default=os.environ.get(WORKERS_ENV) or "1",  # (a str: argparse checks it like the flag)
         help=f"server processes on the port, each with its own copy of the models (default "
         f"${WORKERS_ENV} or 1; the number of cores serves about twice as much on 2 cores)",
     )
@@ -80,8 +81,6 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
 def cmd_serve(args: argparse.Namespace) -> None:
     from psp_core.serving.server import ServeSettings, serve  # (Starlette, uvicorn: only here)
 
-    if args.workers < 1:
-        raise ValueError(f"--workers {args.workers}: give 1 or more")
     settings = ServeSettings(
         folders=served_folders(args),
         host=args.host,
