@@ -84,7 +84,7 @@ def dev_of(root: Path, code: str) -> dict:
     versions = ModelRegistry(root / code / "psp_model").versions()
     if not versions:
         return {}
-    scores = dict(max(versions, key=lambda v: v.id).dev_scores)
+    scores = dict(versions[-1].dev_scores)  # (oldest first)
     held = [v for k, v in scores.items() if k.startswith("held_back_")]
     parts = [scores[k] for k in ("sts17_en_en", "stsb_dev") if k in scores]
     if held:

@@ -51,7 +51,6 @@ from psp_core.fresh_memory import fresh_float32
 #: faults (a few ms) are a visible share of the work
 MIN_SENTENCES_PER_WORKER = 16_384
 
-_MAX_WORKERS = 64
 _PARENT_EXTRA = 0.04
 _POLL_SECONDS = 0.005
 
@@ -69,7 +68,7 @@ def workers_for(count: int, workers: int) -> int:
     the shares would be small."""
     if workers <= 1 or not can_fork():
         return 1
-    return max(1, min(workers, count // MIN_SENTENCES_PER_WORKER, _MAX_WORKERS))
+    return max(1, min(workers, count // MIN_SENTENCES_PER_WORKER))
 
 
 EmbedInto = Callable[[Sequence[str], np.ndarray, Callable[[int], None]], None]
@@ -116,15 +115,16 @@ def embed_forked(
                     embed_into,
                     sentences[low:high],
                     counters,
-                    lambda: _rows_of_file(rows_file, rest_bytes, offset, high - low, dim),  # noqa: B023
+                    functools.partial(
+                        _rows_of_file, rows_file, rest_bytes, offset, high - low, dim
+                    ),
                 )
             children[pid] = index
-        copy_rest = output is not None
+        copy_rest = output is not None  # (a caller's output gets the children's rows copied)
         if output is None:  # (made after the fork: memory written before it is copied on write)
-            output = _output_over_file(count, dim, first, rows_file)
-            copy_rest = output is None
-            if copy_rest:
-                output = fresh_float32((count, dim))
+            output = _output_over_file(count, dim, first, rows_file)  # their rows mapped in
+            if output is None:  # (the system refused the mapping)
+                output, copy_rest = fresh_float32((count, dim)), True
         reported = 0
 
         def parent_done(k: int) -> None:
