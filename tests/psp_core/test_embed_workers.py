@@ -191,3 +191,55 @@ def test_a_new_output_behaves_as_private_memory(bundle, toy, small_shares):
     np.testing.assert_array_equal(vectors, expected)
     vectors[-1] = 3.0
     assert (vectors[-1] == 3.0).all() and (vectors[:-1] == expected[:-1]).all()
+
+
+def _worker_pids_then(signal_worker, tmp_path: Path):
+    """Run ``embed_forked`` (2 children) whose children note their pid and take a while; call
+    ``signal_worker(pid)`` on the first child seen, from a thread; return the call's result or
+    exception."""
+    parent = os.getpid()
+    pids = tmp_path / "pids"
+
+    def embed_into(texts, out, done):
+        if os.getpid() != parent:
+            with open(pids, "a") as handle:
+                handle.write(f"{os.getpid()}\n")
+        for start in range(0, len(texts), 50):
+            time.sleep(0.05)
+            out[start : start + 50] = 1.0
+            done(len(texts[start : start + 50]))
+
+    def signaller():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (pids.exists() and pids.read_text().strip()):
+            time.sleep(0.01)
+        signal_worker(int(pids.read_text().split()[0]))
+
+    thread = threading.Thread(target=signaller)
+    thread.start()
+    try:
+        return embed_forked(["x"] * 900, None, 2, 3, embed_into, lambda k: None, threading.Lock())
+    except WorkerFailed as error:
+        return error
+    finally:
+        thread.join()
+
+
+def test_a_worker_killed_hard_fails_the_call_and_leaves_no_process(tmp_path, small_shares):
+    before = _children()
+    result = _worker_pids_then(lambda pid: os.kill(pid, signal.SIGKILL), tmp_path)
+    assert isinstance(result, WorkerFailed) and "killed by signal 9" in str(result)
+    assert _children() == before
+
+
+def test_a_paused_worker_that_resumes_finishes_the_call(tmp_path, small_shares):
+    """A worker stopped (SIGSTOP) is waited for, not given up on: once resumed, the call ends
+    with every row written."""
+
+    def pause_then_resume(pid):
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGCONT)
+
+    result = _worker_pids_then(pause_then_resume, tmp_path)
+    assert isinstance(result, np.ndarray) and (result == 1.0).all()
