@@ -22,12 +22,28 @@ class LazyAdam(torch.optim.Optimizer):
     ``torch.optim.SparseAdam``, computed on gathered rows (``index_select`` / ``index_copy_`` /
     ``index_add_``) instead of through sparse tensor arithmetic. Gradients must be sparse COO
     tensors over the first dimension (as ``nn.EmbeddingBag(sparse=True)`` produces).
+
+    The rows are updated :data:`PIECE_ROWS` at a time through two buffers kept between steps:
+    each piece's passes then stay in the core's cache, and no step asks the system for fresh
+    pages (benchmarks/README.md, "The update in pieces": 10.2 -> 8.8 ms a step on 2 threads,
+    the same results bit for bit).
     """
+
+    #: rows gathered and updated at once (2 MiB of float32 moments at dim 1024)
+    PIECE_ROWS = 512
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
         if lr <= 0 or eps <= 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"invalid LazyAdam settings lr={lr} betas={betas} eps={eps}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+        self._pieces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _piece_buffers(self, param: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (tuple(param.shape[1:]), param.dtype, param.device)
+        if key not in self._pieces:
+            shape = (self.PIECE_ROWS, *param.shape[1:])
+            self._pieces[key] = tuple(param.new_empty(shape) for _ in range(2))
+        return self._pieces[key]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -50,15 +66,23 @@ class LazyAdam(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(param)
                     state["exp_avg_sq"] = torch.zeros_like(param)
                 state["step"] += 1
-                exp_avg = state["exp_avg"].index_select(0, rows).lerp_(values, 1 - beta1)
-                exp_avg_sq = state["exp_avg_sq"].index_select(0, rows)
-                exp_avg_sq.mul_(beta2).addcmul_(values, values, value=1 - beta2)
-                state["exp_avg"].index_copy_(0, rows, exp_avg)
-                state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
                 step = state["step"]
                 step_size = group["lr"] * math.sqrt(1 - beta2**step) / (1 - beta1**step)
-                update = exp_avg.div_(exp_avg_sq.sqrt_().add_(group["eps"]))
-                param.index_add_(0, rows, update, alpha=-step_size)
+                first, second = self._piece_buffers(param)
+                for start in range(0, len(rows), self.PIECE_ROWS):
+                    piece = rows[start : start + self.PIECE_ROWS]
+                    gradient = values[start : start + self.PIECE_ROWS]
+                    size = len(piece)
+                    exp_avg = torch.index_select(state["exp_avg"], 0, piece, out=first[:size])
+                    exp_avg.lerp_(gradient, 1 - beta1)
+                    exp_avg_sq = torch.index_select(
+                        state["exp_avg_sq"], 0, piece, out=second[:size]
+                    )
+                    exp_avg_sq.mul_(beta2).addcmul_(gradient, gradient, value=1 - beta2)
+                    state["exp_avg"].index_copy_(0, piece, exp_avg)
+                    state["exp_avg_sq"].index_copy_(0, piece, exp_avg_sq)
+                    update = exp_avg.div_(exp_avg_sq.sqrt_().add_(group["eps"]))
+                    param.index_add_(0, piece, update, alpha=-step_size)
         return loss
 
 

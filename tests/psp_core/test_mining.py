@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from psp_core.mining import _bf16_window, mine_hard_negatives, sentence_hashes
+from psp_core.mining import _at_least, _bf16_window, mine_hard_negatives, sentence_hashes
 from psp_core.tokenizer import flatten_id_lists
 
 
@@ -165,3 +165,37 @@ def test_bfloat16_mining_agrees_on_clear_cases(negatives_from):
     fast = mine_hard_negatives(*args, negatives_from=negatives_from, dtype=torch.bfloat16)
     assert torch.equal(exact.for_source, fast.for_source)
     assert torch.equal(exact.for_target, fast.for_target)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("shape", [(37, 300), (64, 128), (5, 63)])
+def test_screen_marks_are_every_value_at_or_above_the_threshold(shape, transposed):
+    # the grouped int16 comparison (positive thresholds) and the plain one (any threshold), on
+    # blocks and on transposed blocks, widths with and without a remainder group
+    rng = np.random.default_rng(5)
+    block = torch.from_numpy(rng.normal(size=shape).astype(np.float32)).bfloat16()
+    block[0, :] = float("-inf")  # an excluded row
+    view = block.t() if transposed else block
+    for low, high in [(0.5, 2.0), (-2.0, 0.5)]:  # all positive; some negative or zero
+        threshold = torch.from_numpy(rng.uniform(low, high, size=len(view))).bfloat16()
+        rows, columns = _at_least(view, threshold)
+        got = sorted(zip(rows.tolist(), columns.tolist(), strict=True))
+        expected = (view.float() >= threshold.float().unsqueeze(1)).nonzero().tolist()
+        assert got == [tuple(p) for p in expected]
+
+
+@pytest.mark.parametrize("negatives_from", ["opposite", "any"])
+def test_screening_with_no_positive_similarity(negatives_from):
+    # anchors whose every candidate points away from them: the screen's int16 shortcuts assume
+    # positive maxima and thresholds, these rows take the plain bfloat16 path
+    rng = np.random.default_rng(6)
+    source = torch.from_numpy(np.abs(rng.normal(size=(200, 16))).astype(np.float32))
+    target = -torch.from_numpy(np.abs(rng.normal(size=(200, 16))).astype(np.float32))
+    target[:50] *= -1  # some positive similarities too
+    all_hashes = hashes([[i] for i in range(400)])
+    case = (source, target, all_hashes[:200], all_hashes[200:])
+    for chunk_rows in (64, 1000):
+        screened = mine_hard_negatives(
+            *case, negatives_from=negatives_from, screen=True, chunk_rows=chunk_rows
+        )
+        _check_against_brute_force(*case, screened, negatives_from == "opposite")

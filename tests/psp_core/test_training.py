@@ -227,12 +227,14 @@ def test_sigkilled_psp_train_resumes_to_identical_weights(tmp_path, toy_training
     assert losses(history) == losses(reference.state.history)
 
 
-def test_lazy_adam_matches_torch_sparse_adam():
+@pytest.mark.parametrize("piece_rows", [LazyAdam.PIECE_ROWS, 2])  # one piece; several
+def test_lazy_adam_matches_torch_sparse_adam(piece_rows):
     torch.manual_seed(0)
     reference = torch.nn.Parameter(torch.randn(20, 5))
     ours = torch.nn.Parameter(reference.detach().clone())
     torch_optimizer = torch.optim.SparseAdam([reference], lr=0.01)
     lazy = LazyAdam([ours], lr=0.01)
+    lazy.PIECE_ROWS = piece_rows
     for step in range(30):
         rows = torch.tensor([step % 20, (3 * step) % 20, 7, 7])  # a repeated row
         values = torch.randn(4, 5)
