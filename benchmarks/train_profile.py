@@ -9,7 +9,9 @@ mega-batch (``--megabatches`` measured): data loading (the next pairs from the f
 (the mega-batch's embeddings for mining), hashes, mine, assemble (a mini-batch's ids with its
 negatives), forward, backward, optimizer. Then mining split on one mega-batch of 12,800 pairs
 of the warmed-up model: the bfloat16 block products alone, plain float32 mining, the default
-(bfloat16 screening + float32 re-scoring), bfloat16 mining. Ceilings: matrix product GFLOP/s
+(bfloat16 screening + float32 re-scoring), bfloat16 mining, and the share of anchors for which
+the default picks the negative plain float32 mining picks (the screen must change nothing: the
+quality check of issue 29 part 2, on real data). Ceilings: matrix product GFLOP/s
 (float32 and bfloat16, the mining block's shape) and memory bandwidth (a large copy).
 
 Prints one JSON object on stdout; logs go to stderr.
@@ -151,7 +153,15 @@ def mining_split(args, data, model, settings) -> dict:
 
     n = len(source)
     flops = 2 * n * n * source.shape[1]
+    exact, screened = mine(screen=False)(), mine()()
+    agreement = {
+        side: round(float((getattr(screened, side) == getattr(exact, side)).float().mean()), 6)
+        for side in ("for_source", "for_target")
+    }
     result = {
+        # the default (bfloat16 screen, float32 re-scoring) against plain float32 products:
+        # the share of anchors given the same negative (1.0: the screen changes nothing)
+        "screen_same_negative_as_float32": agreement,
         "pairs": n,
         "product_tflop": round(flops / 1e12, 3),
         "products_only_float32_s": timed(products(torch.float32)),
