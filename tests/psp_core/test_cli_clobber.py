@@ -223,7 +223,13 @@ def _embed_until_writing(tmp_path: Path, bundle: Path, inputs) -> tuple[subproce
     output = tmp_path / "out" / "vectors.npy"
     argv = command("embed", bundle, inputs, output, sentences=big)
     process = subprocess.Popen(
-        [str(PSP_SCRIPT), *argv], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [str(PSP_SCRIPT), *argv],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        # as from a terminal: a test run started in the background ignores SIGINT, and its
+        # children inherit that (psp would then finish instead of stopping on the Ctrl-C below)
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 60
     while not any(".tmp-" in name for name in _names(output.parent)):
@@ -231,6 +237,10 @@ def _embed_until_writing(tmp_path: Path, bundle: Path, inputs) -> tuple[subproce
         assert time.monotonic() < deadline
         time.sleep(0.01)
     return process, output
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _names(folder: Path) -> list[str]:
