@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_signals import default_sigint
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import postgres  # noqa: E402  (scripts/postgres.py)
@@ -57,8 +59,7 @@ def _run(arguments: list[str], work: Path, interrupt_after: str | None = None):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        # a test run started in the background ignores SIGINT, and children inherit that
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=default_sigint,
     )
     lines, pids = [], {}
     deadline = time.monotonic() + 300

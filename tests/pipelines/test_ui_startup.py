@@ -15,15 +15,13 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.child_signals import default_sigint
+
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_SECONDS = 120
 EXIT_SECONDS = 10
 
 pytestmark = pytest.mark.slow
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def free_port() -> int:
@@ -55,9 +53,7 @@ def test_make_ui_starts_without_warnings_and_stops_on_ctrl_c(tmp_path: Path) -> 
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            # as from a terminal: a test run started in the background (SIGINT ignored, which
-            # children inherit) must not make make deaf to the Ctrl-C below
-            preexec_fn=_default_sigint,
+            preexec_fn=default_sigint,  # (make must hear the Ctrl-C below)
         )
     try:
         deadline = time.monotonic() + STARTUP_SECONDS

@@ -18,6 +18,7 @@ import torch
 from psp_core.bundle import load_bundle
 from psp_core.cli import main
 from psp_core.export import export_model, is_export_directory
+from tests.child_signals import default_sigint
 from tests.ops.temp_writers import killed_writer, live_writer
 from tests.psp_core.cli_runs import (
     PSP_SCRIPT,
@@ -227,9 +228,7 @@ def _embed_until_writing(tmp_path: Path, bundle: Path, inputs) -> tuple[subproce
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        # as from a terminal: a test run started in the background ignores SIGINT, and its
-        # children inherit that (psp would then finish instead of stopping on the Ctrl-C below)
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,  # (psp would otherwise finish in a background test run)
     )
     deadline = time.monotonic() + 60
     while not any(".tmp-" in name for name in _names(output.parent)):
@@ -237,10 +236,6 @@ def _embed_until_writing(tmp_path: Path, bundle: Path, inputs) -> tuple[subproce
         assert time.monotonic() < deadline
         time.sleep(0.01)
     return process, output
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _names(folder: Path) -> list[str]:
