@@ -73,7 +73,6 @@ def child(lang: str, profile: str, paper_steps: int) -> int:
         raise_on_error=False,
     )
     record: dict = {"success": result.success, "wall_s": round(time.time() - started, 1)}
-    record["full"] = profile != "paper" or paper_steps == 0
     windows, _ = step_windows(instance, result.run_id)
     record["steps_s"] = {step: round(end - start, 1) for step, (start, end) in windows.items()}
     if result.success:
@@ -112,7 +111,7 @@ def measure(lang: str, profile: str, storage: Path, args: argparse.Namespace) ->
     return {"success": False, "error": output[-2000:]}
 
 
-def summarize(lang: str, runs: dict[str, dict]) -> dict:
+def summarize(lang: str, runs: dict[str, dict], paper_steps: int) -> dict:
     """Per profile: the cost of a fresh run (the data stages, measured in the first run, plus
     the profile's own steps) and, for paper, the estimate at 25 full epochs."""
     first = next(iter(runs.values()))
@@ -123,7 +122,7 @@ def summarize(lang: str, runs: dict[str, dict]) -> dict:
         entry = {"success": run["success"], "fresh_run_s": round(data_s + own, 1)}
         training = run.get("training")
         trained = run.get("steps_s", {}).get("psp_model", 0.0)
-        if profile == "paper" and training and trained and run.get("full"):
+        if profile == "paper" and training and trained and paper_steps == 0:
             # the whole run, measured: 25 epochs with the paper's annealing and selection
             entry["training_pairs_per_second"] = round(PAPER_EPOCHS * training["pairs"] / trained)
             entry["full_training_s"] = round(trained)
@@ -171,7 +170,10 @@ def main() -> int:
     for lang in languages:
         with tempfile.TemporaryDirectory(prefix=f"profile-costs-{lang}-") as storage:
             runs = {p: measure(lang, p, Path(storage), args) for p in args.profiles}
-        results["languages"][lang] = {"runs": runs, "summary": summarize(lang, runs)}
+        results["languages"][lang] = {
+            "runs": runs,
+            "summary": summarize(lang, runs, args.paper_steps),
+        }
         log.info("%s: %s", lang, json.dumps(results["languages"][lang]["summary"]))
     _common.emit(results)
     return 0

@@ -127,13 +127,14 @@ def _bf16_window(vectors: list[torch.Tensor], lows: list[torch.Tensor] | None = 
     """
     u = 2.0**-8
     lows = lows if lows is not None else [v.bfloat16() for v in vectors]
-    norm = residual = 0.0
+    norms, residuals = [], []
     for v, low in zip(vectors, lows, strict=True):
         for start in range(0, len(v), 1024):  # small pieces: no fresh pages for temporaries
             rounded = low[start : start + 1024].float()
-            norm = max(norm, float(torch.linalg.vector_norm(rounded, dim=1).amax()))
+            norms.append(torch.linalg.vector_norm(rounded, dim=1).amax())
             rounded.sub_(v[start : start + 1024])
-            residual = max(residual, float(torch.linalg.vector_norm(rounded, dim=1).amax()))
+            residuals.append(torch.linalg.vector_norm(rounded, dim=1).amax())
+    norm, residual = float(torch.stack(norms).max()), float(torch.stack(residuals).max())
     dim = vectors[0].shape[1]
     error = 2 * norm * residual + residual**2 + dim * 2.0**-24 * norm * norm + u * 1.001
     return 2 * error * 1.001
@@ -256,9 +257,8 @@ class _RunningBest:
 
     def raise_to(self, start: int, value: torch.Tensor) -> None:
         """Merge values only (the screen tracks its candidates itself)."""
-        torch.maximum(
-            self.value[start : start + len(value)], value, out=self.value[start:][: len(value)]
-        )
+        current = self.value[start : start + len(value)]
+        torch.maximum(current, value, out=current)
 
     def result(self) -> torch.Tensor:
         return self.index.masked_fill(torch.isneginf(self.value), -1)
