@@ -63,7 +63,7 @@ class Corpus:
         if self.format == "parquet":
             return pq.ParquetFile(self.path).metadata.num_rows
         if self.format == "text":
-            return sum(1 for _ in read_lines(self.path, self.name))
+            return count_lines(self.path)
         return sum(1 for _ in self._json_lines())
 
     def batches(self, size: int) -> Iterator[Batch]:
@@ -71,14 +71,12 @@ class Corpus:
         if self.format == "parquet":
             yield from self._parquet_batches(size)
             return
+        if self.format == "text":
+            yield from self._text_batches(size)
+            return
         texts: list[str] = []
         ids: list | None = None if self.id_field is None else []
-        records = (
-            ((text, None) for _, text in read_lines(self.path, self.name))
-            if self.format == "text"
-            else self._json_records()
-        )
-        for text, record_id in records:
+        for text, record_id in self._json_records():
             texts.append(text)
             if ids is not None:
                 ids.append(record_id)
@@ -87,6 +85,16 @@ class Corpus:
                 texts, ids = [], None if ids is None else []
         if texts:
             yield Batch(texts, ids)
+
+    def _text_batches(self, size: int) -> Iterator[Batch]:
+        texts: list[str] = []
+        for _, lines in read_line_blocks(self.path, self.name):
+            texts += lines
+            while len(texts) >= size:
+                yield Batch(texts[:size], None)
+                del texts[:size]
+        if texts:
+            yield Batch(texts, None)
 
     # JSON Lines ---------------------------------------------------------------------------------
 
@@ -175,14 +183,57 @@ def _json_type(value) -> str:
     )
 
 
+#: bytes read at a time: lines are decoded and split a block at a time, not one by one
+LINE_BLOCK_BYTES = 1 << 20
+
+
+def count_lines(path: Path) -> int:
+    """The number of lines :func:`read_lines` yields (a last line without a newline counts)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while block := handle.read(LINE_BLOCK_BYTES):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def read_line_blocks(
+    path: Path, name: str | None = None, block_bytes: int = LINE_BLOCK_BYTES
+) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(number of the first line, lines)`` a block of about ``block_bytes`` at a time,
+    each line without its newline (``\\n``, and any ``\\r`` before it); invalid UTF-8 is a
+    CorpusError naming ``name`` (default: the path) and the line."""
+    number, pending = 1, []  # pending: the pieces of a line not ended yet
+    with open(path, "rb") as handle:
+        while block := handle.read(block_bytes):
+            end = block.rfind(b"\n")
+            if end < 0:
+                pending.append(block)
+                continue
+            whole = b"".join([*pending, block[:end]])
+            pending = [block[end + 1 :]]
+            lines = _decoded_lines(whole, number, name or path)
+            yield number, lines
+            number += len(lines)
+    if rest := b"".join(pending):
+        yield number, _decoded_lines(rest, number, name or path)
+
+
+def _decoded_lines(block: bytes, number: int, where) -> list[str]:
+    """``block`` (lines joined by ``\\n``, no newline at its end) as lines of text."""
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad = number + block.count(b"\n", 0, error.start)
+        raise CorpusError(f"{where}:{bad}: not valid UTF-8 ({error.reason})") from error
+    lines = text.split("\n")
+    if "\r" in text:
+        lines = [line.rstrip("\r") for line in lines]
+    return lines
+
+
 def read_lines(path: Path, name: str | None = None) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` without the newline; invalid UTF-8 is a CorpusError naming
     ``name`` (default: the path) and the line."""
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                where = name or path
-                raise CorpusError(f"{where}:{number}: not valid UTF-8 ({error.reason})") from error
-            yield number, text.rstrip("\r\n")
+    for number, lines in read_line_blocks(path, name):
+        yield from enumerate(lines, number)

@@ -9,14 +9,16 @@ when it carries the marker of an earlier output of the same kind (a bundle's ``c
 an export's ``psp_export.json``), or when the caller says ``overwrite``. Existing files are
 replaced (like ``cp`` or ``sort -o``), unless they are an input.
 
-Arrays are written with plain buffered writes after reserving the file's full size, never
-through a memory map: on a full disk a store into a memory-mapped sparse file kills the process
-with SIGBUS, where a write raises ENOSPC.
+Arrays are written with plain writes after reserving the file's full size, never through a
+memory map: on a full disk a store into a memory-mapped sparse file kills the process with
+SIGBUS, where a write raises ENOSPC. (``psp embed``'s ``.npy`` vectors skip the page cache where
+they can: :mod:`psp_core.direct_writes`.)
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -180,14 +182,23 @@ class NpyWriter:
     def __init__(self, handle: IO[bytes], shape: tuple[int, int], dtype=np.float32) -> None:
         self.handle, self.shape, self.dtype = handle, shape, np.dtype(dtype)
         self.rows = 0
+        handle.write(self._header())
+        handle.flush()
+        #: where the rows start in the file
+        self.data_start = handle.tell()
+        #: whether the file's full size is allocated (where the platform can)
+        self.reserved = reserve_space(handle, prod(shape) * self.dtype.itemsize)
+
+    def _header(self) -> bytes:
+        """The ``.npy`` header (format 1.0, as ``np.save`` writes it)."""
         header = {
             "descr": np.lib.format.dtype_to_descr(self.dtype),
             "fortran_order": False,
-            "shape": shape,
+            "shape": self.shape,
         }
-        np.lib.format.write_array_header_1_0(handle, header)
-        handle.flush()
-        reserve_space(handle, prod(shape) * self.dtype.itemsize)
+        buffer = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buffer, header)
+        return buffer.getvalue()
 
     def __enter__(self) -> NpyWriter:
         return self
@@ -199,26 +210,34 @@ class NpyWriter:
         """Append ``rows``; ``ids`` must be ``None`` (an ``.npy`` file has no place for them)."""
         if ids is not None:
             raise ValueError("an .npy array has no id column: write ids to a Parquet file")
+        rows = self._checked(rows)
+        self.handle.write(rows.data)
+        self.rows += len(rows)
+
+    def _checked(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` as a C-contiguous array of the file's dtype, checked against its shape."""
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
         if rows.ndim != 2 or rows.shape[1] != self.shape[1]:
             raise ValueError(f"rows of shape {rows.shape}, expected [*, {self.shape[1]}]")
         if self.rows + len(rows) > self.shape[0]:
             raise ValueError(f"more than the {self.shape[0]} rows announced")
-        self.handle.write(rows.data)
-        self.rows += len(rows)
+        return rows
 
     def close(self) -> None:
         if self.rows != self.shape[0]:
             raise ValueError(f"{self.rows} rows written, {self.shape[0]} announced")
 
 
-def reserve_space(handle: IO[bytes], size: int) -> None:
+def reserve_space(handle: IO[bytes], size: int) -> bool:
     """Allocate ``size`` bytes from the handle's position up front where the platform can: a full
-    disk fails here, before the work. The file's size grows to cover them."""
+    disk fails here, before the work. The file's size grows to cover them. Whether they were
+    allocated (``False`` where the platform or the filesystem cannot)."""
     if not hasattr(os, "posix_fallocate"):
-        return
+        return False
     try:
         os.posix_fallocate(handle.fileno(), handle.tell(), size)
     except OSError as error:
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise  # ENOSPC, EFBIG, EDQUOT: the output will not fit
+        return False
+    return True

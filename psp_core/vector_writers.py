@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from psp_core.corpus_files import CorpusError
-from psp_core.output_files import NpyWriter, reserve_space
+from psp_core.direct_writes import DirectNpyWriter
+from psp_core.output_files import reserve_space
 
 #: the Parquet output's id column when no id field is named: the vector's 0-based position
 ROW_COLUMN = "row"
@@ -25,12 +26,13 @@ def is_parquet_output(path: str | Path) -> bool:
 
 def open_vector_writer(
     handle: IO[bytes], output: Path, count: int, dim: int, id_field: str | None
-) -> NpyWriter | ParquetVectorWriter:
+) -> DirectNpyWriter | ParquetVectorWriter:
     """The writer of ``count`` vectors of ``dim`` for ``output`` (Parquet by its suffix, else
-    ``.npy``) on ``handle``; space is reserved first, so a full disk fails here."""
+    ``.npy``, written past the page cache where it can) on ``handle``; space is reserved first,
+    so a full disk fails here."""
     if is_parquet_output(output):
         return ParquetVectorWriter(handle, count, dim, id_field)
-    return NpyWriter(handle, (count, dim))
+    return DirectNpyWriter(handle, (count, dim))
 
 
 class WriteBehind:
