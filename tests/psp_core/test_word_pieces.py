@@ -7,6 +7,7 @@ characters inside words, a full cache; and pyarrow's whitespace is Python's."""
 from __future__ import annotations
 
 import gzip
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,12 @@ import pytest
 
 from ops.sentencepiece_model import train_sentencepiece
 from psp_core.tokenizer import Tokenizer, flatten_id_lists
-from psp_core.word_pieces import WordPieceCache, word_independent
+from psp_core.word_pieces import (
+    WHITESPACE_BELOW,
+    WordPieceCache,
+    _python_whitespace,
+    word_independent,
+)
 from tests.conftest import require_shared_data
 
 
@@ -234,3 +240,11 @@ def test_words_of_one_piece_near_a_tie_are_checked(en_de_model) -> None:
         assert np.array_equal(got.ids, want.ids) and np.array_equal(got.offsets, want.offsets)
     redo = cache.lookup(texts).redo
     assert redo[1] and not redo[0], (word, gap, needed)
+
+
+def test_every_python_whitespace_character_is_below_the_scanned_range():
+    """The hazard scan looks at characters below WHITESPACE_BELOW only: true of this Python's
+    Unicode database over the whole range."""
+    whole_range = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    assert whole_range == _python_whitespace()
+    assert max(map(ord, whole_range)) < WHITESPACE_BELOW
