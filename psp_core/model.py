@@ -209,12 +209,17 @@ class PSPModel:
     def _embed_words(self, sentences: list[str], out: np.ndarray, batch_size: int) -> None:
         """Average ``sentences`` into ``out`` over their words' sums where the word cache can,
         the others over their pieces from sentencepiece alone (never through the cache twice).
-        Which sentences try the cache: all of them, or a probe while it does not pay for itself
-        (:class:`~psp_core.cache_policy.CachePolicy`)."""
+        Which sentences try the cache: all of them, the first of a block on trial, or a probe
+        while it does not pay for itself (:class:`~psp_core.cache_policy.CachePolicy`)."""
         texts = self.tokenizer.normalize(sentences)
-        if not self.tokenizer.cache_takes(texts):
-            self._average(self.tokenizer.encode_normalized(texts, use_cache=False), out, batch_size)
+        start, stop = self.tokenizer.cache_takes(texts)
+        for low, high in ((0, start), (stop, len(texts))):  # (all of them, or all but a trial)
+            if high > low:
+                rest = self.tokenizer.encode_normalized(texts[low:high], use_cache=False)
+                self._average(rest, out[low:high], batch_size)
+        if start == stop:
             return
+        texts, out = texts[start:stop], out[start:stop]
         with self.tokenizer.word_cache_lock:
             left = self._word_vectors.embed(texts, out, batch_size)
         self.tokenizer.cache_policy.block_served(len(texts) - len(left), len(texts))

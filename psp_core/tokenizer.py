@@ -250,25 +250,32 @@ class Tokenizer:
         same ids either way); ``use_cache=False`` sends them to sentencepiece alone."""
         if not texts:
             return TokenBatch.empty()
-        if self._words is None or not use_cache or not self.cache_takes(texts):
+        start, stop = (0, 0) if self._words is None or not use_cache else self.cache_takes(texts)
+        if start == stop:
             batch = flatten_id_lists(
                 self.processor.Encode(list(texts), out_type=int, num_threads=self.num_threads)
             )
-        else:
-            with self.word_cache_lock:
-                batch, served = self._words.encode_counted(texts)
-            self.cache_policy.block_served(served, len(texts))
-        return clean_ids(batch, self.unk_id, self.max_length)
+            return clean_ids(batch, self.unk_id, self.max_length)
+        with self.word_cache_lock:
+            batch, served = self._words.encode_counted(texts[start:stop])
+        self.cache_policy.block_served(served, stop - start)
+        batch = clean_ids(batch, self.unk_id, self.max_length)
+        if stop - start < len(texts):  # a trial: the rest to sentencepiece
+            before = self.encode_normalized(texts[:start], use_cache=False)
+            after = self.encode_normalized(texts[stop:], use_cache=False)
+            batch = TokenBatch.concat([before, batch, after])
+        return batch
 
-    def cache_takes(self, texts: Sequence[str]) -> bool:
-        """Whether this block of normalized texts goes through the word cache (report what it
-        served to :meth:`CachePolicy.block_served`). Not while the cache does not pay for
-        itself: then a probe of a few of the texts is counted (their new words remembered) and
-        the block goes to sentencepiece alone."""
+    def cache_takes(self, texts: Sequence[str]) -> tuple[int, int]:
+        """The rows ``(start, stop)`` of this block of normalized texts that go through the word
+        cache (report what it served to :meth:`CachePolicy.block_served`): all while it pays,
+        :data:`~psp_core.cache_policy.TRIAL_SENTENCES` of them on trial. None (``start ==
+        stop``) while the cache does not pay for itself: then a probe of a few of the texts is
+        counted (their new words remembered) and the block goes to sentencepiece alone."""
         rows = self.cache_policy.probe_rows(len(texts))
         if rows is None:
-            return True
+            return self.cache_policy.taken(len(texts))
         with self.word_cache_lock:
             servable = self._words.probe([texts[i] for i in rows])
         self.cache_policy.probed(servable, len(rows))
-        return False
+        return 0, 0
