@@ -125,6 +125,13 @@ class TrainingConfig(StageConfig):
         description="STS file (relative to the evaluation data directory) for model "
         "selection; the best epoch is kept. Null, or a missing file, disables it.",
     )
+    select_on_dev_suite: bool = Field(
+        default=False,
+        description="Keep the epoch with the best dev-suite mean instead (scored after each "
+        "epoch: STS 2017 en-en, STS-B dev and the mean retrieval accuracy on the held-back "
+        "pairs of the model's languages, each a third; the promotion gate's dev data). "
+        "Overrides dev_sts.",
+    )
 
     exports: list[str] = Field(
         default_factory=list,

@@ -43,7 +43,7 @@ from assets.stage import Stage, fingerprint
 from psp_core import load_model, train
 from psp_core.bundle import BundleError, load_bundle
 from psp_core.evaluation import StsEvaluator
-from psp_core.evaluation.dev_suite import dev_scores
+from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
 from psp_core.export import FORMATS as EXPORT_FORMATS
 from psp_core.registry import VERSIONS
 from psp_core.tokenizer import sha256_file
@@ -163,6 +163,31 @@ def psp_model(
     return build_model(context, spec, config, storage, compute, eval_data, profile)
 
 
+#: the model selection of ``select_on_dev_suite`` (as recorded and fingerprinted)
+DEV_SUITE_SELECTION = "dev suite mean"
+
+
+def _model_selection(
+    context: AssetExecutionContext,
+    config: TrainingConfig,
+    eval_dir: Path,
+    held_back: dict[str, Path],
+) -> tuple[str | None, object | None]:
+    """What picks the epoch kept (recorded and fingerprinted: the dev STS file, the dev suite,
+    or None for the last epoch) and the evaluator that scores each epoch."""
+    if config.select_on_dev_suite:
+        try:
+            return DEV_SUITE_SELECTION, DevSuiteEvaluator(eval_dir, held_back)
+        except ValueError as error:
+            context.log.warning("%s: no model selection (the last epoch is kept)", error)
+            return None, None
+    dev_path = eval_dir / config.dev_sts if config.dev_sts else None
+    if dev_path is not None and not dev_path.is_file():
+        context.log.warning("dev STS file %s not found: no model selection", dev_path)
+        return None, None
+    return (str(config.dev_sts), StsEvaluator(dev_path)) if dev_path else (None, None)
+
+
 def build_model(
     context: AssetExecutionContext,
     spec: LanguageSpec,
@@ -184,10 +209,8 @@ def build_model(
         device=compute.device,
         num_threads=compute.threads,
     )
-    dev_path = eval_data.path() / config.dev_sts if config.dev_sts else None
-    if dev_path is not None and not dev_path.is_file():
-        context.log.warning("dev STS file %s not found: no model selection", dev_path)
-        dev_path = None
+    held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
+    selection, dev_evaluator = _model_selection(context, config, eval_data.path(), held_back)
     settings = {k: v for k, v in train_config.to_dict().items() if k not in _NOT_IN_FINGERPRINT}
     key = fingerprint(
         stage=stage.name,
@@ -196,11 +219,10 @@ def build_model(
         data=data.fingerprint,
         settings=settings,
         pretokenizer=spec.pretokenizer,
-        dev=str(config.dev_sts) if dev_path else None,
+        dev=selection,
     )
 
     registry = model_registry(storage, spec.code)  # (adopts a bundle of an earlier release)
-    held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
 
     def train_version(bundle_path: Path) -> dict:
         checkpoint = stage.path(f"checkpoint-{key}")
@@ -228,7 +250,7 @@ def build_model(
                 spm.output("model"),
                 bundle_path,
                 train_config,
-                dev_evaluator=StsEvaluator(dev_path) if dev_path else None,
+                dev_evaluator=dev_evaluator,
                 checkpoint_dir=checkpoint,
                 pretokenizer=spec.pretokenizer,
             )
@@ -249,7 +271,9 @@ def build_model(
             "steps": result.state.step,
             "best_epoch": result.state.best_epoch,
             "best_dev_score": result.state.best_score,
-            "dev_sts": str(config.dev_sts) if dev_path else None,
+            # (the dev suite's STS 2017 track: the evaluation marks it dev, as STS-B's dev split)
+            "dev_sts": DEV_FILES["sts17_en_en"] if selection == DEV_SUITE_SELECTION else selection,
+            "model_selection": selection,
             "dim": bundle_config["dim"],
             "vocab_size": bundle_config["vocab_size"],
             "settings": settings,

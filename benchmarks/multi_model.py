@@ -84,13 +84,11 @@ def dev_of(root: Path, code: str) -> dict:
     versions = ModelRegistry(root / code / "psp_model").versions()
     if not versions:
         return {}
+    from psp_core.evaluation.dev_suite import dev_mean
+
     scores = dict(versions[-1].dev_scores)  # (oldest first)
-    held = [v for k, v in scores.items() if k.startswith("held_back_")]
-    parts = [scores[k] for k in ("sts17_en_en", "stsb_dev") if k in scores]
-    if held:
-        parts.append(sum(held) / len(held))
-    if parts:
-        scores["dev_mean"] = round(sum(parts) / len(parts), 2)
+    if (mean := dev_mean(scores)) is not None:
+        scores["dev_mean"] = mean
     return scores
 
 

@@ -60,3 +60,33 @@ def dev_scores(
         if accuracy is not None:
             scores[f"held_back_{lang}"] = round(accuracy, 2)
     return scores
+
+
+def dev_mean(scores: dict[str, float]) -> float | None:
+    """One number for a model's dev suite: the mean of STS 2017 en-en, STS-B dev and the
+    languages' mean held-back accuracy (those present; None when none is). Each language's
+    pairs count once whatever their number, and all languages together as much as one STS set:
+    the rule issue 29 part 4 decided the multilingual defaults by."""
+    held = [value for name, value in scores.items() if name.startswith("held_back_")]
+    parts = [scores[name] for name in DEV_FILES if name in scores]
+    if held:
+        parts.append(sum(held) / len(held))
+    return round(sum(parts) / len(parts), 2) if parts else None
+
+
+class DevSuiteEvaluator:
+    """A training's model selection on the dev suite: called with the model after each epoch,
+    its :func:`dev_mean` (higher is better). Logs the scores it is made of."""
+
+    def __init__(self, eval_dir: str | Path, held_back: dict[str, Path]) -> None:
+        self.eval_dir, self.held_back = Path(eval_dir), dict(held_back)
+        if not dev_suite_files(self.eval_dir) and not self.held_back:
+            raise ValueError(f"no dev data: no dev STS file under {eval_dir}, no held-back pairs")
+
+    def __call__(self, model: PSPModel) -> float:
+        scores = dev_scores(model, self.eval_dir, self.held_back)
+        mean = dev_mean(scores)
+        log.info("dev suite %s: dev mean %s", scores, mean)
+        if mean is None:
+            raise ValueError("the dev suite gave no score (held-back files of fewer than 2 pairs)")
+        return mean
