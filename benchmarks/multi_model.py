@@ -107,6 +107,7 @@ def summary(root: Path, code: str) -> dict:
         "train_seconds": round(model["seconds"], 1),
         "pairs_per_second": round(sum(h["pairs_per_second"] for h in history) / len(history)),
         "best_epoch": model.get("best_epoch"),
+        "epoch_dev_scores": [h.get("dev_score") for h in history],
     }
 
 
@@ -166,10 +167,11 @@ def main() -> int:
     parser.add_argument(
         "--variants",
         default="1.0:select,0.5:select,0.3:select,0.3,0.3:language:select",
-        help="comma-separated ALPHA[:megabatch|language][:select][:eN]: the sampling alpha, "
-        "where negatives come from, ':select' to keep the best epoch on STS 2017 en-en (the "
-        "paper's model selection; by default the multilingual model keeps its last epoch, "
-        "':final' says so explicitly), ':eN' to train N epochs instead of the demo profile's 3",
+        help="comma-separated ALPHA[:megabatch|language][:select|:suite][:eN]: the sampling "
+        "alpha, where negatives come from, ':select' to keep the best epoch on STS 2017 en-en "
+        "(the paper's model selection; by default the multilingual model keeps its last epoch, "
+        "':final' says so explicitly), ':suite' the best epoch on the dev suite's mean, ':eN' to "
+        "train N epochs instead of the demo profile's",
     )
     parser.add_argument("--hold-every", type=int, default=30)
     parser.add_argument(
@@ -235,7 +237,9 @@ def main() -> int:
         alpha = float(alpha)
         within = "language" if "language" in options else "megabatch"
         select = "select" in options
+        suite = "suite" in options
         training = {"negatives_within": within, "dev_sts": "sts17/en-en.tsv" if select else None}
+        training["select_on_dev_suite"] = suite
         epochs = [int(option[1:]) for option in options if option.startswith("e")]
         if epochs:
             training["epochs"] = epochs[0]
@@ -256,8 +260,12 @@ def main() -> int:
         row = {
             "alpha": alpha,
             "negatives_within": within,
-            "model_selection": "best STS 2017 en-en epoch" if select else "last epoch",
-            "epochs": epochs[0] if epochs else 3,
+            "model_selection": "best dev-suite mean epoch"
+            if suite
+            else "best STS 2017 en-en epoch"
+            if select
+            else "last epoch",
+            "epochs": epochs[0] if epochs else "the demo profile's",
             "job_seconds": round(time.perf_counter() - started, 1),
             "stage_seconds": stage_seconds(root),
             "pairs_out": {k: v["pairs_out"] for k, v in pairs["record"]["languages"].items()},
