@@ -171,7 +171,8 @@ def main() -> int:
         "alpha, where negatives come from, ':select' to keep the best epoch on STS 2017 en-en "
         "(the paper's model selection; by default the multilingual model keeps its last epoch, "
         "':final' says so explicitly), ':suite' the best epoch on the dev suite's mean, ':eN' to "
-        "train N epochs instead of the demo profile's",
+        "train N epochs instead of the demo profile's, ':force' to train again a version already "
+        "trained from the same inputs",
     )
     parser.add_argument("--hold-every", type=int, default=30)
     parser.add_argument(
@@ -240,6 +241,7 @@ def main() -> int:
         suite = "suite" in options
         training = {"negatives_within": within, "dev_sts": "sts17/en-en.tsv" if select else None}
         training["select_on_dev_suite"] = suite
+        training["force"] = "force" in options  # (train again: not the version of these inputs)
         epochs = [int(option[1:]) for option in options if option.startswith("e")]
         if epochs:
             training["epochs"] = epochs[0]

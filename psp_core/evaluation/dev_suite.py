@@ -62,16 +62,20 @@ def dev_scores(
     return scores
 
 
-def dev_mean(scores: dict[str, float]) -> float | None:
+def dev_mean(scores: dict[str, float], digits: int | None = 2) -> float | None:
     """One number for a model's dev suite: the mean of STS 2017 en-en, STS-B dev and the
-    languages' mean held-back accuracy (those present; None when none is). Each language's
-    pairs count once whatever their number, and all languages together as much as one STS set:
-    the rule issue 29 part 4 decided the multilingual defaults by."""
+    languages' mean held-back accuracy (those present; None when none is), rounded to
+    ``digits`` (None: not rounded). Each language's pairs count once whatever their number,
+    and all languages together as much as one STS set: the rule issue 29 part 4 decided the
+    multilingual defaults by."""
     held = [value for name, value in scores.items() if name.startswith("held_back_")]
     parts = [scores[name] for name in DEV_FILES if name in scores]
     if held:
         parts.append(sum(held) / len(held))
-    return round(sum(parts) / len(parts), 2) if parts else None
+    if not parts:
+        return None
+    mean = sum(parts) / len(parts)
+    return mean if digits is None else round(mean, digits)
 
 
 class DevSuiteEvaluator:
@@ -85,8 +89,9 @@ class DevSuiteEvaluator:
 
     def __call__(self, model: PSPModel) -> float:
         scores = dev_scores(model, self.eval_dir, self.held_back)
-        mean = dev_mean(scores)
-        log.info("dev suite %s: dev mean %s", scores, mean)
+        # not rounded: epochs a rounding apart are not a tie (the first of a tie is kept)
+        mean = dev_mean(scores, digits=None)
         if mean is None:
             raise ValueError("the dev suite gave no score (held-back files of fewer than 2 pairs)")
+        log.info("dev suite %s: dev mean %.3f", scores, mean)
         return mean
