@@ -2,7 +2,9 @@
 and memory on 10 million sentences.
 
 Two parts, each ``psp embed`` run as the user runs it (a fresh process, its wall time from start
-to exit: loading the model, counting the records, reading, embedding, writing):
+to exit: loading the model, counting the records, reading, embedding, writing; the first pass
+also reports psp's own figure *after loading*, from the model loaded to the output on disk,
+which it logs):
 
 * ``first_pass``: the distinct corpus of ``embed_corpus.py`` (247,325 distinct sentences of the
   shared bitext, each seen once) as text to ``.npy``, as JSON Lines (``{"id", "text"}``) to
