@@ -20,7 +20,6 @@ every write is buffered. The caller syncs the file before renaming it, as for an
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 from typing import IO
 
@@ -30,15 +29,6 @@ from psp_core.output_files import NpyWriter
 
 #: the alignment of direct writes: a multiple of every block size in use (512 or 4096 bytes)
 DIRECT_ALIGN = 4096
-
-
-def page_aligned_float32(shape: tuple[int, int]) -> np.ndarray:
-    """A new float32 array of ``shape`` whose data starts on a page (anonymous memory; its pages
-    are mapped on first write)."""
-    size = max(shape[0] * shape[1] * 4, 1)
-    return np.frombuffer(mmap.mmap(-1, size), dtype=np.float32, count=shape[0] * shape[1]).reshape(
-        shape
-    )
 
 
 class DirectNpyWriter(NpyWriter):
@@ -76,9 +66,7 @@ class DirectNpyWriter(NpyWriter):
         self._close_direct()
 
     def write(self, rows: np.ndarray, ids=None) -> None:
-        if ids is not None:
-            raise ValueError("an .npy array has no id column: write ids to a Parquet file")
-        rows = self._checked(rows)
+        rows = self._checked(rows, ids)
         data = memoryview(rows).cast("B")
         offset = self.data_start + self.rows * self.row_bytes
         direct = 0

@@ -12,6 +12,8 @@ corpus pays that once per call, on the critical path.
 :func:`fresh_float32` returns such an array (a private anonymous mapping, as ``np.empty``'s
 own memory is: a forked child gets a copy-on-write view) for outputs of at least
 :data:`POPULATE_BYTES`, and a plain ``np.empty`` below that or off Linux.
+:func:`page_aligned_float32` maps the same kind of memory without populating it, for buffers
+that must start on a page.
 """
 
 from __future__ import annotations
@@ -32,5 +34,19 @@ def fresh_float32(shape: tuple[int, int]) -> np.ndarray:
     populate = getattr(mmap, "MAP_POPULATE", None)
     if size < POPULATE_BYTES or populate is None or not sys.platform.startswith("linux"):
         return np.empty(shape, dtype=np.float32)
-    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
-    return np.frombuffer(memory, dtype=np.float32).reshape(shape)
+    return _mapped_float32(shape, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+
+
+def page_aligned_float32(shape: tuple[int, int]) -> np.ndarray:
+    """A new float32 array of ``shape`` whose data starts on a page (anonymous memory, its pages
+    mapped on first write): a buffer that direct I/O can write from
+    (:mod:`psp_core.direct_writes`)."""
+    private = getattr(mmap, "MAP_PRIVATE", None)  # (as np.empty's: a forked child's is a copy)
+    return _mapped_float32(shape, None if private is None else private | mmap.MAP_ANONYMOUS)
+
+
+def _mapped_float32(shape: tuple[int, int], flags: int | None) -> np.ndarray:
+    count = shape[0] * shape[1]
+    size = max(count * 4, 1)  # (a mapping is never empty)
+    memory = mmap.mmap(-1, size) if flags is None else mmap.mmap(-1, size, flags=flags)
+    return np.frombuffer(memory, dtype=np.float32, count=count).reshape(shape)

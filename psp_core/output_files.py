@@ -208,14 +208,15 @@ class NpyWriter:
 
     def write(self, rows: np.ndarray, ids=None) -> None:
         """Append ``rows``; ``ids`` must be ``None`` (an ``.npy`` file has no place for them)."""
-        if ids is not None:
-            raise ValueError("an .npy array has no id column: write ids to a Parquet file")
-        rows = self._checked(rows)
+        rows = self._checked(rows, ids)
         self.handle.write(rows.data)
         self.rows += len(rows)
 
-    def _checked(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` as a C-contiguous array of the file's dtype, checked against its shape."""
+    def _checked(self, rows: np.ndarray, ids) -> np.ndarray:
+        """``rows`` as a C-contiguous array of the file's dtype, checked against its shape (and
+        no ``ids``)."""
+        if ids is not None:
+            raise ValueError("an .npy array has no id column: write ids to a Parquet file")
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
         if rows.ndim != 2 or rows.shape[1] != self.shape[1]:
             raise ValueError(f"rows of shape {rows.shape}, expected [*, {self.shape[1]}]")

@@ -35,31 +35,41 @@ def dev_suite_files(eval_dir: str | Path) -> dict[str, Path]:
     return found
 
 
-def held_back_accuracy(model: PSPModel, pairs: str | Path) -> float | None:
-    """100 minus the retrieval error (cosine, both directions' mean) of a held-back pair file
-    (``src``, ``tgt`` columns); None for a file of fewer than 2 pairs."""
-    table = pq.read_table(pairs, columns=["src", "tgt"])
-    if table.num_rows < 2:
-        return None
-    english = model.embed(table.column("src").to_pylist(), normalize=True)
-    other = model.embed(table.column("tgt").to_pylist(), normalize=True)
-    return 100.0 - tatoeba_errors(other, english).cosine_mean
+class DevSuite:
+    """The dev files present under ``eval_dir`` and the held-back pairs of each language
+    (``held_back``: language -> a pair file with ``src`` and ``tgt`` columns), read once: a
+    training scores every epoch on them."""
+
+    def __init__(self, eval_dir: str | Path, held_back: dict[str, Path] | None = None) -> None:
+        self.sts = {name: StsEvaluator(path) for name, path in dev_suite_files(eval_dir).items()}
+        self.pairs: dict[str, tuple[list[str], list[str]]] = {}
+        for lang, path in sorted((held_back or {}).items()):
+            table = pq.read_table(path, columns=["src", "tgt"])
+            if table.num_rows >= 2:  # (retrieval needs a second pair to confuse)
+                self.pairs[lang] = (table["src"].to_pylist(), table["tgt"].to_pylist())
+
+    def __bool__(self) -> bool:
+        return bool(self.sts or self.pairs)
+
+    def scores(self, model: PSPModel, digits: int | None = 2) -> dict[str, float]:
+        """The model's score on each dev file (Pearson r x 100) and on each language's
+        held-back pairs (``held_back_{lang}``: 100 minus the retrieval error by cosine, the
+        mean of both directions), rounded to ``digits`` (None: not rounded)."""
+        scores = {name: evaluate(model) for name, evaluate in self.sts.items()}
+        for lang, (english, other) in self.pairs.items():
+            errors = tatoeba_errors(
+                model.embed(other, normalize=True), model.embed(english, normalize=True)
+            )
+            scores[f"held_back_{lang}"] = 100.0 - errors.cosine_mean
+        return {k: v if digits is None else round(v, digits) for k, v in scores.items()}
 
 
 def dev_scores(
     model: PSPModel, eval_dir: str | Path, held_back: dict[str, Path] | None = None
 ) -> dict[str, float]:
-    """The model's score on each dev file present (Pearson r x 100) and on each language's
-    held-back pairs (``held_back_{lang}``: retrieval accuracy %), rounded to 0.01."""
-    scores = {
-        name: round(StsEvaluator(path)(model), 2)
-        for name, path in dev_suite_files(eval_dir).items()
-    }
-    for lang, path in sorted((held_back or {}).items()):
-        accuracy = held_back_accuracy(model, path)
-        if accuracy is not None:
-            scores[f"held_back_{lang}"] = round(accuracy, 2)
-    return scores
+    """:meth:`DevSuite.scores` of the dev data under ``eval_dir`` and ``held_back``, rounded
+    to 0.01 (a file of fewer than 2 held-back pairs gives no score)."""
+    return DevSuite(eval_dir, held_back).scores(model)
 
 
 def dev_mean(scores: dict[str, float], digits: int | None = 2) -> float | None:
@@ -80,18 +90,18 @@ def dev_mean(scores: dict[str, float], digits: int | None = 2) -> float | None:
 
 class DevSuiteEvaluator:
     """A training's model selection on the dev suite: called with the model after each epoch,
-    its :func:`dev_mean` (higher is better). Logs the scores it is made of."""
+    its :func:`dev_mean` (higher is better), from scores not rounded (epochs a rounding apart
+    are not a tie: the first of a tie is kept). Logs the scores it is made of."""
 
     def __init__(self, eval_dir: str | Path, held_back: dict[str, Path]) -> None:
-        self.eval_dir, self.held_back = Path(eval_dir), dict(held_back)
-        if not dev_suite_files(self.eval_dir) and not self.held_back:
-            raise ValueError(f"no dev data: no dev STS file under {eval_dir}, no held-back pairs")
+        self.suite = DevSuite(eval_dir, held_back)
+        if not self.suite:
+            raise ValueError(
+                f"no dev data: no dev STS file under {eval_dir}, no held-back pairs (of 2 or more)"
+            )
 
     def __call__(self, model: PSPModel) -> float:
-        scores = dev_scores(model, self.eval_dir, self.held_back)
-        # not rounded: epochs a rounding apart are not a tie (the first of a tie is kept)
+        scores = self.suite.scores(model, digits=None)
         mean = dev_mean(scores, digits=None)
-        if mean is None:
-            raise ValueError("the dev suite gave no score (held-back files of fewer than 2 pairs)")
-        log.info("dev suite %s: dev mean %.3f", scores, mean)
+        log.info("dev suite %s: dev mean %.3f", {k: round(v, 2) for k, v in scores.items()}, mean)
         return mean

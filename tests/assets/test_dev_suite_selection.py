@@ -8,14 +8,12 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from dagster import materialize
 
 from assets.model import DEV_SUITE_SELECTION
 from assets.stage import Stage, fingerprint
-from pipelines.definitions import defs
 from psp_core.evaluation.dev_suite import dev_mean
 from psp_core.registry import ModelRegistry
-from tests.assets.test_evaluation_scoreboard import EVALUATION, TRAINING
+from tests.assets.test_evaluation_scoreboard import TRAINING, materialize_model_and_evaluation
 from tests.assets.test_evaluation_scoreboard import world as world  # (the fixture)
 
 
@@ -30,18 +28,7 @@ def commit_held_back_pairs(world: dict, toy) -> None:
 
 def test_the_best_epoch_on_the_dev_suite_mean_is_kept_and_recorded(world, toy):
     commit_held_back_pairs(world, toy)
-    training = {**TRAINING, "epochs": 3, "select_on_dev_suite": True}
-    run_config = {
-        "ops": {
-            "psp_model": {"config": training},
-            "model_evaluation": {"config": EVALUATION},
-        }
-    }
-    assets = [defs.get_assets_def(name) for name in ("psp_model", "model_evaluation")]
-    result = materialize(
-        assets, partition_key="de", resources=world["resources"], run_config=run_config
-    )
-    assert result.success
+    materialize_model_and_evaluation(world, {**TRAINING, "epochs": 3, "select_on_dev_suite": True})
 
     manifest = json.loads((world["root"] / "de" / "psp_model" / "manifest.json").read_text())
     record = manifest["record"]

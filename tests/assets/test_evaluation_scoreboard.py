@@ -61,6 +61,22 @@ def world(tmp_path, monkeypatch, spm_path, toy_training_file, toy) -> dict:
     return {"root": root, "resources": resources}
 
 
+def materialize_model_and_evaluation(world: dict, training: dict):
+    """psp_model (``training``: its config) then model_evaluation, for de; the result."""
+    run_config = {
+        "ops": {
+            "psp_model": {"config": training},
+            "model_evaluation": {"config": EVALUATION},
+        }
+    }
+    assets = [defs.get_assets_def(name) for name in ("psp_model", "model_evaluation")]
+    result = materialize(
+        assets, partition_key="de", resources=world["resources"], run_config=run_config
+    )
+    assert result.success
+    return result
+
+
 def metadata_of(result, name: str) -> dict:
     (event,) = result.asset_materializations_for_node(name)
     return {key: value.value for key, value in event.metadata.items()}
@@ -74,17 +90,7 @@ NOTE = (
 
 @pytest.mark.parametrize("dev_sts", ["sts17/en-en.tsv", None], ids=["selected", "no-selection"])
 def test_the_dev_track_is_marked_everywhere_and_the_mean_says_what_it_covers(world, dev_sts):
-    run_config = {
-        "ops": {
-            "psp_model": {"config": {**TRAINING, "dev_sts": dev_sts}},
-            "model_evaluation": {"config": EVALUATION},
-        }
-    }
-    assets = [defs.get_assets_def(name) for name in ("psp_model", "model_evaluation")]
-    result = materialize(
-        assets, partition_key="de", resources=world["resources"], run_config=run_config
-    )
-    assert result.success
+    result = materialize_model_and_evaluation(world, {**TRAINING, "dev_sts": dev_sts})
     assert ("best_dev_score" in metadata_of(result, "psp_model")) == (dev_sts is not None)
     selected = dev_sts is not None
 
@@ -141,17 +147,7 @@ def test_the_dev_track_is_marked_everywhere_and_the_mean_says_what_it_covers(wor
 def test_a_dev_file_other_than_en_en_reaches_the_evaluation(world):
     """psp_model records which file it selected on, so an overridden dev_sts is the row that
     is marked dev (the evaluation used to assume en-en)."""
-    run_config = {
-        "ops": {
-            "psp_model": {"config": {**TRAINING, "dev_sts": "sts17/es-en.tsv"}},
-            "model_evaluation": {"config": EVALUATION},
-        }
-    }
-    assets = [defs.get_assets_def(name) for name in ("psp_model", "model_evaluation")]
-    result = materialize(
-        assets, partition_key="de", resources=world["resources"], run_config=run_config
-    )
-    assert result.success
+    materialize_model_and_evaluation(world, {**TRAINING, "dev_sts": "sts17/es-en.tsv"})
     results = json.loads((world["root"] / "de" / "model_evaluation" / "results.json").read_text())
     assert results["dev_sts"] == "sts17/es-en.tsv"
     assert results["sts17"]["es-en"]["dev"] is True and results["sts17"]["en-en"]["dev"] is False

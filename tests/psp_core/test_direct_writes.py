@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import psp_core.direct_writes as direct_writes
-from psp_core.direct_writes import DIRECT_ALIGN, DirectNpyWriter, page_aligned_float32
+from psp_core.direct_writes import DIRECT_ALIGN, DirectNpyWriter
+from psp_core.fresh_memory import page_aligned_float32
 from psp_core.output_files import replaced_when_done
 from tests.psp_core.filesystems import listing
 
