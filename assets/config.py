@@ -107,6 +107,12 @@ class TrainingConfig(StageConfig):
         description="Adam learning rate (null: the profile's; paper 0.001, demo 0.05 for its "
         "single epoch, smoke 0.01).",
     )
+    lr_decay: str | None = Field(
+        default=None,
+        description="'constant' (the paper's: lr throughout) or 'linear' (from lr down to 0 "
+        "over the run's epochs). Null: the profile's; paper constant, demo linear for the "
+        "multilingual model.",
+    )
     matryoshka_dims: list[int] | None = Field(
         default=None,
         description="Train nested prefixes of the vector to work alone (Matryoshka): the loss "
@@ -142,7 +148,7 @@ class TrainingConfig(StageConfig):
 
     def overrides(self) -> dict:
         names = ("dim", "epochs", "batch_size", "max_megabatch", "anneal_every")
-        names += ("dropout", "lr", "max_steps", "negatives_within")
+        names += ("dropout", "lr", "lr_decay", "max_steps", "negatives_within")
         chosen = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         if self.matryoshka_dims is not None:
             chosen["matryoshka_dims"] = tuple(self.matryoshka_dims)

@@ -212,6 +212,8 @@ def build_model(
     held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), held_back)
     settings = {k: v for k, v in train_config.to_dict().items() if k not in _NOT_IN_FINGERPRINT}
+    if settings["lr_decay"] == "constant":
+        del settings["lr_decay"]  # (added later: a constant rate keeps the earlier fingerprints)
     key = fingerprint(
         stage=stage.name,
         code=CODE_VERSION,

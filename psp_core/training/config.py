@@ -14,6 +14,8 @@ MINING_DTYPES = ("float32", "float32-plain", "bfloat16")
 #: where a mixed (several languages) file's negatives come from: the pairs of the same kind
 #: in the whole mega-batch, or only the pairs of the same language
 NEGATIVES_WITHIN = ("megabatch", "language")
+#: how the learning rate moves over the run: held at ``lr``, or decayed linearly to 0
+LR_DECAYS = ("constant", "linear")
 
 
 @dataclass
@@ -30,6 +32,9 @@ class TrainConfig:
         margin: the loss margin ``d`` (paper: 0.4).
         dropout: dropout on piece embeddings while training (paper tunes 0.0, 0.1, 0.3).
         lr: Adam learning rate (paper: 0.001).
+        lr_decay: ``"constant"`` (the paper's: ``lr`` throughout) or ``"linear"`` (from ``lr``
+            at the first step down to 0 at the last of ``epochs``, so the number of epochs is
+            part of the run and a resumed run must keep it).
         grad_clip: gradient-norm clip (5: the reference code's default, ``main.py --grad-clip``);
             0 disables it.
         epochs: passes over the data (paper: 25).
@@ -76,6 +81,7 @@ class TrainConfig:
     margin: float = 0.4
     dropout: float = 0.0
     lr: float = 0.001
+    lr_decay: str = "constant"
     grad_clip: float = 5.0
     epochs: int = 25
     seed: int = 1
@@ -104,6 +110,8 @@ class TrainConfig:
             raise ValueError(
                 f"mining_dtype must be one of {MINING_DTYPES}, got {self.mining_dtype!r}"
             )
+        if self.lr_decay not in LR_DECAYS:
+            raise ValueError(f"lr_decay must be one of {LR_DECAYS}, got {self.lr_decay!r}")
         if self.negatives_within not in NEGATIVES_WITHIN:
             raise ValueError(
                 f"negatives_within must be one of {NEGATIVES_WITHIN}, got {self.negatives_within!r}"
@@ -138,5 +146,9 @@ class TrainConfig:
     def fingerprint(self) -> dict[str, Any]:
         """The fields a checkpoint must agree on to be resumed, as JSON gives them back (a
         tuple is a list), since the checkpoint keeps them in JSON."""
-        fields = {k: v for k, v in self.to_dict().items() if k not in self.RESUMABLE_CHANGES}
+        # a decaying learning rate depends on the run's length
+        resumable = self.RESUMABLE_CHANGES
+        if self.lr_decay != "constant":
+            resumable = tuple(k for k in resumable if k not in ("epochs", "max_steps"))
+        fields = {k: v for k, v in self.to_dict().items() if k not in resumable}
         return json.loads(json.dumps(fields))

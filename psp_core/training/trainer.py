@@ -34,7 +34,7 @@ from psp_core.training.data import EpochStream, PairBatch
 from psp_core.training.distributed import DistributedContext, distributed_training, tensor_digest
 from psp_core.training.optim import build_optimizer
 from psp_core.training.progress import TrainingProgress
-from psp_core.training.schedule import MegabatchSchedule
+from psp_core.training.schedule import MegabatchSchedule, learning_rate_at
 from psp_core.training.steps import StepSettings, train_megabatch
 from psp_core.training_file import TrainingFile
 
@@ -232,7 +232,15 @@ def train(
         if config.max_steps is not None:
             total_steps = min(total_steps, config.max_steps)
 
+        def set_learning_rate(step: int) -> None:
+            rate = learning_rate_at(step, total_steps, config.lr, config.lr_decay)
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+
+        set_learning_rate(state.step)
+
         def step_hook(step: int, loss: float) -> None:
+            set_learning_rate(step)
             progress(step, loss)
             if on_step is not None:
                 on_step(step, loss)

@@ -118,7 +118,7 @@ def dagster_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
 
 def _stop_group(process: subprocess.Popen) -> None:
     """Stop dagster dev and the webserver, daemon and code servers it started (its group)."""
-    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:

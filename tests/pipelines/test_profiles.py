@@ -224,6 +224,9 @@ def test_every_profile_runs_the_multilingual_model(small_world: dict, monkeypatc
         assert model.config.languages == sorted(codes)
         assert model.config.pretokenizer == "none"
         assert model.config.dim == expected.get("multi_psp_model", {}).get("dim", 1024)
+        trained = model.config.training["config"]  # every setting of the profile reached it
+        for name, value in expected.get("multi_psp_model", {}).items():
+            assert trained[name] == value, (profile, name)
         spm = json.loads((root / "multi" / "sentencepiece_model" / "manifest.json").read_text())
         requested = spm["record"]["settings"]["vocab_size"]
         assert requested == expected.get("multi_sentencepiece_model", {}).get("vocab_size", 50_000)

@@ -112,12 +112,20 @@ def losses(history: list[dict]) -> list[tuple[int, int, float]]:
     return [(record["epoch"], record["steps"], record["loss"]) for record in history]
 
 
-@pytest.mark.parametrize(("optimizer", "dropout"), [("sparse", 0.2), ("dense", 0.0)])
+@pytest.mark.parametrize(
+    ("optimizer", "dropout", "lr_decay"),
+    [("sparse", 0.2, "constant"), ("dense", 0.0, "constant"), ("sparse", 0.0, "linear")],
+)
 def test_killed_run_resumes_to_identical_weights(
-    tmp_path, toy_training_file, spm_path, optimizer, dropout
+    tmp_path, toy_training_file, spm_path, optimizer, dropout, lr_decay
 ):
     config = TrainConfig(
-        **QUICK, epochs=2, checkpoint_every=7, optimizer=optimizer, dropout=dropout
+        **QUICK,
+        epochs=2,
+        checkpoint_every=7,
+        optimizer=optimizer,
+        dropout=dropout,
+        lr_decay=lr_decay,
     )
     reference = train(toy_training_file, spm_path, tmp_path / "ref", config)
 
@@ -149,6 +157,40 @@ def test_changed_settings_refuse_to_resume(tmp_path, toy_training_file, spm_path
         train(toy_training_file, spm_path, tmp_path / "m", changed)
     fresh = train(toy_training_file, spm_path, tmp_path / "m", changed, resume=False)
     assert fresh.state.epoch == 1
+
+
+def test_a_decaying_learning_rate_keeps_its_length_on_resume(tmp_path, toy_training_file, spm_path):
+    # epochs may change on resume at a constant rate (more epochs of the same run), but with a
+    # linear decay they set every step's rate
+    config = TrainConfig(**QUICK, epochs=2, max_steps=3, lr_decay="linear")
+    train(toy_training_file, spm_path, tmp_path / "m", config)
+    with pytest.raises(CheckpointMismatchError, match="epochs"):
+        train(
+            toy_training_file,
+            spm_path,
+            tmp_path / "m",
+            TrainConfig(**QUICK, epochs=3, lr_decay="linear"),
+        )
+    constant = TrainConfig(**QUICK, epochs=2, max_steps=3)
+    train(toy_training_file, spm_path, tmp_path / "c", constant)
+    resumed = train(toy_training_file, spm_path, tmp_path / "c", TrainConfig(**QUICK, epochs=3))
+    assert resumed.state.epoch == 3
+
+
+def test_linear_decay_trains_differently_from_a_constant_rate(
+    tmp_path, toy_training_file, spm_path
+):
+    weights = {}
+    for decay in ("constant", "linear"):
+        result = train(
+            toy_training_file,
+            spm_path,
+            tmp_path / decay,
+            TrainConfig(**QUICK, epochs=1, lr_decay=decay),
+        )
+        weights[decay] = load_model(result.bundle).weight
+    # the first step is the same (both at lr), the later ones smaller under the decay
+    assert not torch.equal(weights["constant"], weights["linear"])
 
 
 def test_non_finite_loss_stops_with_the_step(tmp_path, toy_training_file, spm_path):
