@@ -110,8 +110,7 @@ class TrainingConfig(StageConfig):
     lr_decay: str | None = Field(
         default=None,
         description="'constant' (the paper's: lr throughout) or 'linear' (from lr down to 0 "
-        "over the run's epochs). Null: the profile's; paper constant, demo linear for the "
-        "multilingual model.",
+        "over the run's epochs; benchmarks/README.md, issue 29). Null: constant.",
     )
     matryoshka_dims: list[int] | None = Field(
         default=None,
