@@ -149,6 +149,6 @@ class TrainConfig:
         # a decaying learning rate depends on the run's length
         resumable = self.RESUMABLE_CHANGES
         if self.lr_decay != "constant":
-            resumable = tuple(k for k in resumable if k not in ("epochs", "max_steps"))
+            resumable = tuple(k for k in resumable if k != "epochs")
         fields = {k: v for k, v in self.to_dict().items() if k not in resumable}
         return json.loads(json.dumps(fields))

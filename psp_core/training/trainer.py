@@ -233,7 +233,8 @@ def train(
             total_steps = min(total_steps, config.max_steps)
 
         def set_learning_rate(step: int) -> None:
-            rate = learning_rate_at(step, total_steps, config.lr, config.lr_decay)
+            # over every epoch's steps: a max_steps stop resumes on the same schedule
+            rate = learning_rate_at(step, epoch_steps * config.epochs, config.lr, config.lr_decay)
             for group in optimizer.param_groups:
                 group["lr"] = rate
 

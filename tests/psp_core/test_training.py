@@ -171,6 +171,14 @@ def test_a_decaying_learning_rate_keeps_its_length_on_resume(tmp_path, toy_train
             tmp_path / "m",
             TrainConfig(**QUICK, epochs=3, lr_decay="linear"),
         )
+    # a max_steps stop resumes on the same schedule (it decays over all the epochs' steps)
+    finished = train(
+        toy_training_file,
+        spm_path,
+        tmp_path / "m",
+        TrainConfig(**QUICK, epochs=2, lr_decay="linear"),
+    )
+    assert finished.state.epoch == 2 and finished.state.step > 3
     constant = TrainConfig(**QUICK, epochs=2, max_steps=3)
     train(toy_training_file, spm_path, tmp_path / "c", constant)
     resumed = train(toy_training_file, spm_path, tmp_path / "c", TrainConfig(**QUICK, epochs=3))
