@@ -1,0 +1,84 @@
+"""Training settings compared on the dev suite, epoch by epoch (issue 29 part 3).
+
+Trains a model on a training file that ``benchmarks/multi_model.py`` prepared (``--root``,
+default ``runs/bench_multi``: ``multi`` or a language's ``training_data``) with the demo
+profile's settings overridden by ``--set`` (JSON of ``TrainConfig`` fields), scores the dev
+suite after every epoch (STS 2017 en-en, STS-B dev, retrieval on the held-back pairs of the
+model's languages; psp_core/evaluation/dev_suite.py) and keeps the last epoch. Test sets are
+not read: they are reported once, after a choice, by the pipeline's evaluation.
+
+    .venv/bin/python benchmarks/train_variants.py --code multi --set '{"lr_decay": "linear"}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data"
+
+from psp_core.evaluation.dev_suite import DevSuite, dev_mean  # noqa: E402
+from psp_core.training.config import TrainConfig  # noqa: E402
+from psp_core.training.trainer import train  # noqa: E402
+
+MULTI_LANGUAGES = ("ar", "de", "en", "es", "fr", "ru", "tr", "zh")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=ROOT / "runs" / "bench_multi")
+    parser.add_argument("--code", default="multi", help="multi or a language of --root")
+    parser.add_argument("--set", default="{}", help="TrainConfig fields over the demo's")
+    args = parser.parse_args()
+    data = args.root / args.code / "training_data" / "train.h5"
+    if not (SHARED / "eval").is_dir() or not data.is_file():
+        print(json.dumps({"skipped": f"{SHARED / 'eval'} or {data} is absent"}))
+        return 0
+    overrides = json.loads(args.set)
+    # the demo profile's (assets/profiles.py): the multilingual model 5 epochs, a language 1
+    demo = dict(lr=0.05, epochs=5 if args.code == "multi" else 1, log_every=500)
+    config = TrainConfig(**{**demo, **overrides})
+    languages = MULTI_LANGUAGES if args.code == "multi" else (args.code,)
+    held_back = {
+        lang: args.root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
+    }
+    suite = DevSuite(SHARED / "eval", held_back)
+    epochs: list[dict] = []
+
+    def score(model) -> float:
+        scores = suite.scores(model, digits=None)
+        epochs.append(
+            {"dev_mean": round(dev_mean(scores, digits=None), 4)}
+            | {name: round(value, 2) for name, value in scores.items()}
+        )
+        print(json.dumps(epochs[-1]), file=sys.stderr, flush=True)
+        return len(epochs)  # rising: the last epoch is kept
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as work:
+        train(
+            data,
+            args.root / args.code / "sentencepiece_model" / "sentencepiece.model",
+            Path(work) / "model",
+            config,
+            dev_evaluator=score,
+            resume=False,
+        )
+    row = {
+        "code": args.code,
+        "set": overrides,
+        "seconds": round(time.perf_counter() - started, 1),
+        "epochs": epochs,
+    }
+    print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
