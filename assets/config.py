@@ -100,7 +100,9 @@ class TrainingConfig(StageConfig):
         "max_megabatch.",
     )
     dropout: float | None = Field(
-        default=None, description="Dropout on piece embeddings (paper tunes 0, 0.1, 0.3)."
+        default=None,
+        description="Dropout on piece embeddings (paper tunes 0, 0.1, 0.3). On a CPU any "
+        "dropout trains 5-11x slower (every piece vector is masked; benchmarks/README.md).",
     )
     lr: float | None = Field(
         default=None,
@@ -110,7 +112,8 @@ class TrainingConfig(StageConfig):
     lr_decay: str | None = Field(
         default=None,
         description="'constant' (the paper's: lr throughout) or 'linear' (from lr down to 0 "
-        "over the run's epochs; benchmarks/README.md, issue 29). Null: constant.",
+        "over the run's epochs; benchmarks/README.md, issue 29). Null: the profile's (the demo's "
+        "multilingual model: linear), else constant.",
     )
     matryoshka_dims: list[int] | None = Field(
         default=None,

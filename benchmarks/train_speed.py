@@ -3,7 +3,8 @@
 Speed: for each optimizer (``sparse``, ``dense``), mega-batch size (default 1, 20, 100; dim
 1024, vocab 50,000) and, for ``sparse``, each negative-mining precision (default
 ``float32-plain``, the baseline of plain float32 products, then ``float32``, the same negatives
-found by bfloat16 screening + float32 re-scoring) one ``psp_core.train(...)`` run with a fixed mega-batch
+found by bfloat16 screening + float32 re-scoring) and each dropout (``--dropouts``, default 0)
+one ``psp_core.train(...)`` run with a fixed mega-batch
 (``anneal_every=0``), ``max_steps``, ``epochs=1``, no logging and no periodic checkpoints. Every
 step is timestamped through ``on_step``; the first mega-batch is warm-up, and the throughput is
 measured over whole mega-batches after it (so the once-per-mega-batch negative mining is counted
@@ -62,6 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "optimizer (float32-plain is the baseline; dense runs use the default, float32)",
     )
     parser.add_argument(
+        "--dropouts",
+        default="0",
+        help="comma-separated TrainConfig.dropout values to measure with the sparse optimizer "
+        "(0, the paper's default, is the baseline; dense runs use 0)",
+    )
+    parser.add_argument(
         "--sparse-steps",
         type=int,
         default=200,
@@ -118,6 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.optimizers = [x.strip() for x in str(args.optimizers).split(",") if x.strip()]
     args.mining_dtypes = [x.strip() for x in str(args.mining_dtypes).split(",") if x.strip()]
     args.corpus_sizes = [int(x) for x in str(args.corpus_sizes).split(",") if x.strip()]
+    args.dropouts = [float(x) for x in str(args.dropouts).split(",") if x.strip()]
     return args
 
 
@@ -206,6 +214,7 @@ def speed_run(
     megabatch: int,
     n_pairs: int,
     mining_dtype: str,
+    dropout: float = 0.0,
 ) -> dict:
     from psp_core import TrainConfig, train
 
@@ -230,6 +239,7 @@ def speed_run(
         max_steps=max_steps,
         optimizer=optimizer,
         mining_dtype=mining_dtype,
+        dropout=dropout,
         log_every=0,
         checkpoint_every=0,
         device="cpu",
@@ -242,11 +252,12 @@ def speed_run(
         stamps[step] = time.perf_counter()
         cpu[step] = time.process_time()
 
-    out = work_dir / f"{optimizer}-m{megabatch}-{mining_dtype}"
+    out = work_dir / f"{optimizer}-m{megabatch}-{mining_dtype}-d{dropout}"
     log.info(
-        "speed: optimizer=%s mining=%s megabatch=%d steps=%d (warm-up %d)",
+        "speed: optimizer=%s mining=%s dropout=%s megabatch=%d steps=%d (warm-up %d)",
         optimizer,
         mining_dtype,
+        dropout,
         megabatch,
         max_steps,
         warmup_steps,
@@ -275,6 +286,7 @@ def speed_run(
     record = {
         "optimizer": optimizer,
         "mining_dtype": mining_dtype,
+        "dropout": dropout,
         "megabatch": megabatch,
         "steps": steps_done,
         "warmup_steps": warmup_steps,
@@ -436,20 +448,23 @@ def main(argv: list[str] | None = None) -> int:
             speed_pairs = args.corpus_sizes[0]
             for optimizer in args.optimizers:
                 dtypes = args.mining_dtypes if optimizer == "sparse" else ["float32"]
-                for megabatch in args.megabatches:
-                    for mining_dtype in dtypes:
-                        speed.append(
-                            speed_run(
-                                files[speed_pairs][0],
-                                spm_file,
-                                work_dir,
-                                args,
-                                optimizer,
-                                megabatch,
-                                speed_pairs,
-                                mining_dtype,
+                dropouts = args.dropouts if optimizer == "sparse" else [0.0]
+                for dropout in dropouts:
+                    for megabatch in args.megabatches:
+                        for mining_dtype in dtypes:
+                            speed.append(
+                                speed_run(
+                                    files[speed_pairs][0],
+                                    spm_file,
+                                    work_dir,
+                                    args,
+                                    optimizer,
+                                    megabatch,
+                                    speed_pairs,
+                                    mining_dtype,
+                                    dropout,
+                                )
                             )
-                        )
         if not args.skip_rss:
             for n_pairs in args.corpus_sizes:
                 rss.append(rss_run(files[n_pairs][0], spm_file, work_dir, args, rss_steps))
@@ -463,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["optimizer"] == "sparse"
         and r["megabatch"] == TARGET_MEGABATCH
         and r["mining_dtype"] == "float32"
+        and r["dropout"] == 0.0
     ]
     if at_target:
         targets["sparse_megabatch_100_pairs_per_s"] = {
@@ -500,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             "megabatches": args.megabatches,
             "optimizers": args.optimizers,
             "mining_dtypes": args.mining_dtypes,
+            "dropouts": args.dropouts,
             "sparse_steps_requested": args.sparse_steps,
             "dense_steps_requested": args.dense_steps,
             "warmup_megabatches": args.warmup_megabatches,
@@ -512,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
             "spm": spm_info,
             "training_files": [info for _, info in files.values()],
             "train_config": "TrainConfig(anneal_every=0, epochs=1, log_every=0, "
-            "checkpoint_every=0, device='cpu', lr/margin/grad_clip/dropout defaults)",
+            "checkpoint_every=0, device='cpu', lr/margin/grad_clip defaults)",
         },
         "speed": speed,
         "peak_rss": rss,
