@@ -102,7 +102,7 @@ class TrainingConfig(StageConfig):
     dropout: float | None = Field(
         default=None,
         description="Dropout on piece embeddings (paper tunes 0, 0.1, 0.3). On a CPU any "
-        "dropout trains 5-11x slower (every piece vector is masked; benchmarks/README.md).",
+        "dropout trains 3-5x slower (every piece vector is masked; benchmarks/README.md).",
     )
     lr: float | None = Field(
         default=None,

@@ -64,7 +64,7 @@ PROFILE_SETTINGS: MappingProxyType[Profile, dict[str, dict[str, Any]]] = Mapping
             # and trains longer: every language's pairs, within 15 minutes on 2 cores (5
             # epochs: 11 min 08 s from a fresh clone; benchmarks/README.md, multi_model.py),
             # the rate decaying linearly to 0: a better dev mean at no cost in time (dropout
-            # 0.1 adds a little more but trains 5-11x slower on a CPU; benchmarks/README.md,
+            # 0.1 adds a little more but trains 3-5x slower on a CPU; benchmarks/README.md,
             # train_variants.py)
             "multi_psp_model": {"epochs": 5, "lr": 0.05, "lr_decay": "linear"},
         },
