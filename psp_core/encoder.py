@@ -7,9 +7,10 @@ the model's only parameter.
 Dropout (training only) is applied to the individual piece embeddings before the mean, as in the
 reference implementation. EmbeddingBag returns only the mean, so with dropout > 0 the training
 path gathers each token's row, zeroes the dropped values and averages with ``index_add_``, in
-one autograd function (``_DroppedMean``) whose mask is drawn as 16-bit random integers: about
-1.6-2.1x as fast in training on a CPU as ``F.embedding`` + ``F.dropout`` (whose Bernoulli draw
-dominated), the same mean and gradient (``benchmarks/README.md``). The probability is kept to 1/65,536.
+one autograd function (``_DroppedMean``) whose mask is drawn as 16-bit random integers (the
+probability kept to 1/65,536): 1.6-2.1x as fast in training on a CPU as ``F.embedding`` +
+``F.dropout``, whose Bernoulli draw dominated; the same mean and gradient
+(``benchmarks/README.md``).
 """
 
 from __future__ import annotations
