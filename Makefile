@@ -74,8 +74,11 @@ SERVE_WORKERS ?= 2
 serve: $(STAMP)
 	$(VENV)/bin/psp serve --storage-root $(PSP_STORAGE_ROOT) --port $(PORT) --workers $(SERVE_WORKERS)
 
+# the suite on TEST_WORKERS processes (pytest-xdist; auto: one per core, 0: in this process),
+# each free test going to the first idle worker
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The cluster path for real on this machine (docs/scaling.md): PostgreSQL, Redis, Celery workers,
 # the daemon and a code server; a two-language backfill with faults; a JSON summary as last line.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
 
+import psp_core  # its model (torch) is imported when a step loads one
 from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import EvaluationConfig, TrainingConfig, op_config, plain_schema
 from assets.evaluation_tables import evaluation_tables
@@ -21,7 +22,6 @@ from assets.partitions import language_partitions
 from assets.profiles import ProfileResource
 from assets.resources import EvaluationDataResource, StorageResource
 from assets.stage import Manifest, Stage, fingerprint
-from psp_core import load_model
 from psp_core.evaluation import EvaluationPlan, evaluate_model, plan_for_language
 from psp_core.evaluation.results import PAPER_STS_MEAN
 
@@ -120,7 +120,7 @@ def build_evaluation(
 
     def run() -> tuple[dict, dict]:
         results = evaluate_model(
-            load_model(model.output("bundle")),
+            psp_core.load_model(model.output("bundle")),
             eval_dir,
             suites,
             tatoeba_languages=tatoeba,

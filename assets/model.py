@@ -20,6 +20,7 @@ from dagster import (
     asset,
 )
 
+import psp_core  # its model and trainer (torch) are imported when a step runs
 from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import TrainingConfig, op_config, plain_schema
 from assets.languages import LanguageSpec, load_registry
@@ -40,14 +41,13 @@ from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.slots import machine_slot
 from assets.stage import Stage, fingerprint
-from psp_core import load_model, train
 from psp_core.bundle import BundleError, load_bundle
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
 from psp_core.export import FORMATS as EXPORT_FORMATS
 from psp_core.registry import VERSIONS
 from psp_core.tokenizer import sha256_file
-from psp_core.training import CheckpointMismatchError, TrainConfig
+from psp_core.training import TrainConfig
 
 CODE_VERSION = "2"  # (versions changed where, not what, it trains: same fingerprints)
 VOCAB_CHECK = "model_vocab_matches_sentencepiece"
@@ -252,7 +252,7 @@ def build_model(
             window_start = time.time()
             context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
             training = partial(
-                train,
+                psp_core.train,
                 data.output("data"),
                 spm.output("model"),
                 bundle_path,
@@ -266,7 +266,7 @@ def build_model(
             with logs_to_dagster(context.log):  # psp_core's resume and progress lines
                 try:
                     result = training()
-                except CheckpointMismatchError as error:
+                except psp_core.training.CheckpointMismatchError as error:
                     # the directory is keyed by the inputs and settings, so only a file changed
                     # in place (or a damaged checkpoint) gets here: its work cannot be used
                     context.log.warning("%s: starting the training over", error)
@@ -290,7 +290,7 @@ def build_model(
             "loss_curve": curve.curve(),
         }
         lineage = {"sentencepiece_model": spm.fingerprint, "training_data": data.fingerprint}
-        scores = dev_scores(load_model(result.bundle), eval_data.path(), held_back)
+        scores = dev_scores(psp_core.load_model(result.bundle), eval_data.path(), held_back)
         return {"record": record, "lineage": lineage, "dev_scores": scores}
 
     def run() -> tuple[dict, dict]:

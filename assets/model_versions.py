@@ -8,10 +8,10 @@ from pathlib import Path
 
 from dagster import MetadataValue
 
+import psp_core  # its model (torch) is imported when a step loads one
 from assets.languages import MULTI, PromotionSettings, load_registry
 from assets.resources import StorageResource
 from assets.stage import Manifest, StageInputMissing, read_manifest
-from psp_core import load_model
 from psp_core.evaluation.dev_suite import dev_scores
 from psp_core.promotion import GateDecision, decide
 from psp_core.registry import ModelRegistry, Version
@@ -102,8 +102,12 @@ def run_gate(
             f"{promoted.id if promoted else 'none'}"
         )
     # the candidate's scores were taken when it was written, moments before (version.json)
-    candidate = version.dev_scores or dev_scores(load_model(version.bundle), eval_dir, held_back)
-    incumbent = dev_scores(load_model(promoted.bundle), eval_dir, held_back) if promoted else None
+    candidate = version.dev_scores or dev_scores(
+        psp_core.load_model(version.bundle), eval_dir, held_back
+    )
+    incumbent = (
+        dev_scores(psp_core.load_model(promoted.bundle), eval_dir, held_back) if promoted else None
+    )
     decision = decide(candidate, incumbent, settings.tolerance)
     scores = {"candidate": candidate, "incumbent": incumbent}
     if decision.promote:

@@ -18,7 +18,6 @@ import functools
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -93,6 +92,7 @@ def lowercase(texts: pa.Array) -> pa.Array:
 
 def pair_fingerprints(src: pa.Array, tgt: pa.Array) -> np.ndarray:
     """64-bit fingerprint of each ``(src, tgt)`` pair (exact text; lowercase first)."""
+    import pandas as pd  # imported by the step that hashes, not with the code location
 
     def side(texts: pa.Array) -> np.ndarray:
         objects = texts.to_numpy(zero_copy_only=False)

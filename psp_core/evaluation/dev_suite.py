@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
 from psp_core.evaluation.sts import StsEvaluator
 from psp_core.evaluation.tatoeba import tatoeba_errors
-from psp_core.model import PSPModel
+
+if TYPE_CHECKING:
+    from psp_core.model import PSPModel
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from psp_core.evaluation.results import EvaluationResults
 from psp_core.evaluation.speed import measure_speed, speed_sentences
 from psp_core.evaluation.sts import evaluate_sts17, evaluate_sts_years, evaluate_stsb
 from psp_core.evaluation.tatoeba import evaluate_tatoeba
-from psp_core.model import PSPModel
+
+if TYPE_CHECKING:
+    from psp_core.model import PSPModel
 
 log = logging.getLogger(__name__)
 

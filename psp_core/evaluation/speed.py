@@ -17,12 +17,14 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from psp_core.evaluation.sts import read_sts_file
-from psp_core.model import PSPModel
+
+if TYPE_CHECKING:
+    from psp_core.model import PSPModel
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ def measure_speed(
     model: PSPModel, sentences: list[str], *, batch_size: int = 64, repeats: int = 3
 ) -> SpeedResult:
     """Time ``model.embed`` with and without tokenization on ``sentences``."""
+    import torch  # imported when used: the code location loads without it
+
     if not sentences:
         raise ValueError("no sentences to time")
     if repeats < 1:

@@ -16,10 +16,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from psp_core.model import PSPModel
+if TYPE_CHECKING:
+    from psp_core.model import PSPModel
+
 
 log = logging.getLogger(__name__)
 

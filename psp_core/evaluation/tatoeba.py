@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from psp_core.bitext_mining import margin_best, neighbourhoods
-from psp_core.model import PSPModel
+if TYPE_CHECKING:
+    from psp_core.model import PSPModel
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ def tatoeba_errors(
     """Error rates of aligned embeddings (row ``i`` of both are translations)."""
     if len(other) != len(english):
         raise ValueError(f"{len(other)} sentences against {len(english)} English sentences")
+    from psp_core.bitext_mining import margin_best, neighbourhoods  # torch: imported when used
+
     hoods = neighbourhoods(other, english, k, block_size=block_size, backend="torch")
     return TatoebaScore(
         n=len(other),

@@ -20,6 +20,14 @@ def _attempts_dir() -> Path:
     return Path(os.environ["PSP_TEST_ATTEMPTS"])
 
 
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``text`` under a temporary name, then rename: a reader never sees it half written,
+    even when the writer is paused (SIGSTOP) or killed mid-write."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 @op
 def long_step() -> int:
     """Attempt N writes ``attempt-N.json`` (worker, pid, start time); the first then works."""
@@ -27,12 +35,12 @@ def long_step() -> int:
     record = {"worker": os.environ.get("PSP_TEST_WORKER", "?"), "pid": os.getpid()}
     record |= {"host": socket.gethostname(), "started": time.time()}
     path = _attempts_dir() / f"attempt-{len(attempts) + 1}.json"
-    path.write_text(json.dumps(record))
+    _write_whole(path, json.dumps(record))
     if not attempts:
         alive = _attempts_dir() / "attempt-1.alive"
         end = time.monotonic() + float(os.environ.get("PSP_TEST_FIRST_ATTEMPT_SECONDS", "120"))
         while time.monotonic() < end:
-            alive.write_text(repr(time.time()))
+            _write_whole(alive, repr(time.time()))
             time.sleep(0.1)
     return len(attempts) + 1
 
