@@ -210,8 +210,12 @@ def model_card(
 
 
 def write_card(directory: str | Path, text: str) -> Path:
-    """Write ``text`` as ``directory/README.md``, atomically (temporary name, then rename)."""
+    """Write ``text`` as ``directory/README.md``, atomically (temporary name, then rename);
+    the same text again leaves the file untouched (a re-run that reused every stage rewrites
+    nothing)."""
     path = Path(directory) / CARD_FILE
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return path
     tmp = path.with_name(f"{CARD_FILE}.tmp-{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

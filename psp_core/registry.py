@@ -235,9 +235,12 @@ class ModelRegistry:
             return self._promote(self.version(version_id), "promote", reason, scores)
 
     def record_evaluation(self, version_id: str, test_scores: dict[str, float]) -> None:
-        """Keep ``version_id``'s test-set scores beside it (``psp models list`` shows them)."""
+        """Keep ``version_id``'s test-set scores beside it (``psp models list`` shows them); the
+        same scores again (a re-run that reused its evaluation) leave the file untouched."""
         version = self.version(version_id)
-        _write_json(version.directory / EVALUATION_FILE, {"test_scores": test_scores})
+        path = version.directory / EVALUATION_FILE
+        if _read_json(path) != {"test_scores": json.loads(json.dumps(test_scores, default=str))}:
+            _write_json(path, {"test_scores": test_scores})
 
     def record_decision(
         self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None

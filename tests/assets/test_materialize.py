@@ -159,7 +159,13 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     saved = root / "_all" / "evaluation_scoreboard" / "scoreboard.md"
     assert "| 74.6 |" in saved.read_text() and saved.with_suffix(".json").is_file()
 
-    # unchanged inputs and config: every stage reuses its output
+    # unchanged inputs and config: every stage reuses its output, and rewrites no file (the
+    # version's test scores and the model card included: same content, same inode and time)
+    def files() -> dict[str, tuple[int, int]]:
+        found = (p for p in (root / "de").rglob("*") if p.is_file())
+        return {str(p): (p.stat().st_ino, p.stat().st_mtime_ns) for p in found}
+
+    before = files()
     started = time.perf_counter()
     instance = DagsterInstance.ephemeral()
     again = materialize(
@@ -174,6 +180,9 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert "nothing recomputed" in metadata_of(again, "psp_model")["reused_note"]
     assert "reused_note" not in metadata_of(result, "psp_model")
     assert time.perf_counter() - started < 30
+    after = files()
+    assert sorted(after) == sorted(before)
+    assert [path for path in before if after[path] != before[path]] == []
     versions = {
         name: again.asset_materializations_for_node(name)[0].tags["dagster/data_version"]
         for name in STAGES
