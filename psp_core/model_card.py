@@ -10,7 +10,6 @@ after the evaluation with its tables. An export copies the card, naming its own 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from psp_core.bundle import BundleConfig
+from psp_core.output_files import write_text_if_changed
 
 CARD_FILE = "README.md"
 #: the code that loads the bundle, per library a card can name
@@ -214,11 +214,7 @@ def write_card(directory: str | Path, text: str) -> Path:
     the same text again leaves the file untouched (a re-run that reused every stage rewrites
     nothing)."""
     path = Path(directory) / CARD_FILE
-    if path.is_file() and path.read_text(encoding="utf-8") == text:
-        return path
-    tmp = path.with_name(f"{CARD_FILE}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_if_changed(path, text)
     return path
 
 

@@ -176,6 +176,21 @@ def replaced_when_done(path: str | Path, mode: str = "wb") -> Iterator[IO]:
         raise
 
 
+def write_text_if_changed(path: str | Path, text: str) -> bool:
+    """Write ``text`` to ``path`` whole (:func:`replaced_when_done`), unless the file holds
+    exactly that text already: a re-run that computes the same text leaves the file (its inode
+    and modification time) as it was. True when it wrote."""
+    path = Path(path)
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass  # absent or unreadable: written below
+    with replaced_when_done(path, "w") as handle:
+        handle.write(text)
+    return True
+
+
 class NpyWriter:
     """Write a C-ordered ``.npy`` array of a known shape in consecutive row blocks."""
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from psp_core.file_lock import exclusive_lock
-from psp_core.output_files import replaced_when_done
+from psp_core.output_files import write_text_if_changed
 from psp_core.stale_temps import remove_stale_temps
 
 VERSIONS = "versions"
@@ -238,9 +238,7 @@ class ModelRegistry:
         """Keep ``version_id``'s test-set scores beside it (``psp models list`` shows them); the
         same scores again (a re-run that reused its evaluation) leave the file untouched."""
         version = self.version(version_id)
-        path = version.directory / EVALUATION_FILE
-        if _read_json(path) != {"test_scores": json.loads(json.dumps(test_scores, default=str))}:
-            _write_json(path, {"test_scores": test_scores})
+        _write_json(version.directory / EVALUATION_FILE, {"test_scores": test_scores})
 
     def record_decision(
         self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None
@@ -359,5 +357,5 @@ def _read_info(directory: Path) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    with replaced_when_done(path, "w") as handle:  # whole or not at all
-        handle.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    # whole or not at all, and not at all when the file holds the same already
+    write_text_if_changed(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

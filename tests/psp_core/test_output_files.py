@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from psp_core.output_files import NpyWriter, replaced_when_done
+from psp_core.output_files import NpyWriter, replaced_when_done, write_text_if_changed
 from tests.psp_core.filesystems import listing
 
 
@@ -36,3 +36,13 @@ def test_a_failing_input_is_not_reported_as_a_write_error(tmp_path):
             handle.write((tmp_path / "absent.txt").read_text())
     assert caught.value.filename == str(tmp_path / "absent.txt")
     assert listing(tmp_path) == []
+
+
+def test_the_same_text_again_leaves_the_file_as_it_was(tmp_path) -> None:
+    path = tmp_path / "scores.json"
+    assert write_text_if_changed(path, "first\n")
+    stamp = (path.stat().st_ino, path.stat().st_mtime_ns)
+    assert not write_text_if_changed(path, "first\n")
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == stamp
+    assert write_text_if_changed(path, "second\n") and path.read_text() == "second\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["scores.json"]
