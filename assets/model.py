@@ -69,7 +69,7 @@ FINITE_CHECK = "model_weights_finite"
 _NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "log_seconds", "checkpoint_every")
 #: TrainConfig fields added after models were trained, with the value that trains as before:
 #: left out of the fingerprint at that value, so an upgrade retrains nothing
-_ADDED_LATER = {"lr_decay": "constant"}
+_ADDED_LATER = TrainConfig.ADDED_LATER
 
 
 def loss_pictures(record: dict) -> dict[str, MetadataValue]:

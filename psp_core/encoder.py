@@ -11,6 +11,12 @@ one autograd function (``_DroppedMean``) whose mask is drawn as 16-bit random in
 probability kept to 1/65,536): 1.6-2.1x as fast in training on a CPU as ``F.embedding`` +
 ``F.dropout``, whose Bernoulli draw dominated; the same mean and gradient
 (``benchmarks/README.md``).
+
+Piece dropout (training only) removes whole pieces from a sentence before the mean, each with
+its probability, every sentence keeping at least one: the word dropout of deep averaging
+networks (Iyyer et al., 2015), applied to sentencepiece pieces. It is chosen on the dev suite
+(``benchmarks/README.md``) and costs nothing: the mean stays one ``embedding_bag``, over fewer
+pieces.
 """
 
 from __future__ import annotations
@@ -27,15 +33,27 @@ class MeanEmbeddingEncoder(nn.Module):
         vocab_size: number of sentencepiece pieces.
         dim: embedding dimension (the paper uses 1024).
         dropout: dropout probability on piece embeddings while training.
+        piece_dropout: probability that a piece is left out of its sentence's mean while
+            training (every sentence keeps at least one piece).
         sparse: produce sparse gradients (for a lazy/sparse Adam).
     """
 
-    def __init__(self, vocab_size: int, dim: int, *, dropout: float = 0.0, sparse: bool = False):
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        *,
+        dropout: float = 0.0,
+        piece_dropout: float = 0.0,
+        sparse: bool = False,
+    ):
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        for name, value in (("dropout", dropout), ("piece_dropout", piece_dropout)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
         self.bag = nn.EmbeddingBag(vocab_size, dim, mode="mean", sparse=sparse)
         self.dropout = dropout
+        self.piece_dropout = piece_dropout
         self.sparse = sparse
 
     @property
@@ -57,7 +75,29 @@ class MeanEmbeddingEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Embed sentences given as flat ``ids`` and ``offsets`` (``n + 1`` entries, last = len)."""
+        ids, offsets = self.drop_pieces(ids, offsets)
         return self.forward_rows(self.bag.weight, ids, offsets, sparse=self.sparse)
+
+    def drop_pieces(
+        self, ids: torch.Tensor, offsets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ids`` and ``offsets`` without the pieces piece dropout leaves out (while training
+        with ``piece_dropout`` > 0; otherwise unchanged). Each piece is left out with
+        probability ``piece_dropout``, drawn from the global torch generator (seeded and
+        checkpointed by the trainer); a sentence that would lose every piece keeps them all.
+        ``forward`` applies it; a caller of ``forward_rows`` applies it first, so that the rows
+        it gathers are only those of the pieces kept."""
+        if not (self.training and self.piece_dropout > 0.0) or len(ids) == 0:
+            return ids, offsets
+        lengths = offsets[1:] - offsets[:-1]
+        sentence_of = torch.repeat_interleave(
+            torch.arange(len(lengths), device=ids.device), lengths
+        )
+        keep = torch.rand(len(ids), device=ids.device) >= self.piece_dropout
+        kept = torch.zeros_like(lengths).index_add_(0, sentence_of, keep.to(lengths.dtype))
+        keep |= (kept == 0)[sentence_of]  # a sentence left empty keeps every piece
+        kept = torch.where(kept == 0, lengths, kept)
+        return ids[keep], torch.cat([offsets[:1], offsets[:1] + kept.cumsum(0)])
 
     def forward_rows(
         self, rows: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, *, sparse: bool = False

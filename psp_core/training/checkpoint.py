@@ -37,6 +37,7 @@ from safetensors.torch import load_file, save_file
 
 from psp_core.output_dirs import replace_directory
 from psp_core.output_files import check_output_directory, os_error_code
+from psp_core.training.config import TrainConfig
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "weights.safetensors"
@@ -258,7 +259,8 @@ class CheckpointStore:
         if latest is None:
             raise FileNotFoundError(f"no complete checkpoint in {self.directory}")
         payload = json.loads((latest / STATE_FILE).read_text())
-        saved = payload["fingerprint"]
+        # a checkpoint of an earlier release lacks the settings added since, at their old value
+        saved = {**TrainConfig.ADDED_LATER, **payload["fingerprint"]}
         if saved != fingerprint:
             raise CheckpointMismatchError(
                 f"cannot resume from checkpoint {latest}: {_mismatch(saved, fingerprint)}; "

@@ -257,7 +257,8 @@ def _forward(model, settings, ids, offsets, n, t_negative_rows, s_negative_rows)
     device = settings.device
     rows = unique = None
     if model.sparse:
-        # one gradient row per distinct piece, not one per token
+        ids, offsets = model.drop_pieces(ids, offsets)
+        # one gradient row per distinct piece kept, not one per token
         unique, local = torch.unique(ids, return_inverse=True)
         rows = model.weight.detach().index_select(0, unique).requires_grad_()
         embeddings = model.forward_rows(rows, local, offsets)

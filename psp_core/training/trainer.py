@@ -203,7 +203,11 @@ def train(
 
         torch.manual_seed(config.seed)
         model = MeanEmbeddingEncoder(
-            info.vocab_size, config.dim, dropout=config.dropout, sparse=config.optimizer == "sparse"
+            info.vocab_size,
+            config.dim,
+            dropout=config.dropout,
+            piece_dropout=config.piece_dropout,
+            sparse=config.optimizer == "sparse",
         )
         model.reset_parameters(torch.Generator().manual_seed(config.seed))
         model.to(device)
