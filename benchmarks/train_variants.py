@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared" / "data"
 
+from assets.languages import load_registry  # noqa: E402
 from psp_core.evaluation.dev_suite import DevSuite, dev_mean  # noqa: E402
 from psp_core.training.config import TrainConfig  # noqa: E402
 from psp_core.training.trainer import train  # noqa: E402
@@ -45,6 +46,10 @@ def main() -> int:
     demo = dict(lr=0.05, epochs=5 if args.code == "multi" else 1, log_every=500)
     config = TrainConfig(**{**demo, **overrides})
     languages = MULTI_LANGUAGES if args.code == "multi" else (args.code,)
+    # tokenized at inference as the training file was encoded (the registry's pretokenizer:
+    # left to train(), a zh model would pick jieba over a file of raw-text pieces)
+    registry = load_registry(ROOT / "configs" / "languages-shared-data.toml")
+    spec = registry.multi if args.code == "multi" else registry[args.code]
     held_back = {
         lang: args.root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
     }
@@ -69,6 +74,7 @@ def main() -> int:
             config,
             dev_evaluator=score,
             resume=False,
+            pretokenizer=spec.pretokenizer,
         )
     row = {
         "code": args.code,

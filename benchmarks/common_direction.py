@@ -1,0 +1,100 @@
+"""A trained model's table changed by removing a common direction, scored on the dev suite
+(issue 29 part 3; table in benchmarks/README.md).
+
+The mean of ``E[id] P - c`` over a sentence's pieces is ``mean(E[id]) P - c``, so centering
+sentence vectors (``c``: the mean vector of training sentences) and projecting out their top
+principal directions (``P = I - U^T U``) is a change of the table: free at inference and kept
+by every export. This measures what it would do to the dev suite (STS 2017 en-en, STS-B dev,
+held-back retrieval; psp_core/evaluation/dev_suite.py); test sets are not read.
+
+    .venv/bin/python benchmarks/common_direction.py --root runs/fresh_multi --code multi
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data"
+
+from psp_core import load_model  # noqa: E402
+from psp_core.evaluation.dev_suite import DevSuite, dev_mean  # noqa: E402
+from psp_core.model import PSPModel  # noqa: E402
+from psp_core.training_file import TrainingFile  # noqa: E402
+
+MULTI_LANGUAGES = ("ar", "de", "en", "es", "fr", "ru", "tr", "zh")
+
+
+def sample_vectors(model: PSPModel, data: Path, pieces: int, rows: int, group: int | None):
+    """Sentence vectors of ``pieces`` x ``rows`` training pairs (both sides) spread over the
+    file, or of ``rows`` pairs drawn from one ``group`` of a mixed file."""
+    with TrainingFile(data) as file:
+        if group is None:
+            spans = [(int(i), int(i) + rows) for i in np.linspace(0, len(file) - rows, pieces)]
+        else:
+            members = np.flatnonzero(file.read_groups(0, len(file)) == group)
+            chosen = np.sort(np.random.default_rng(0).choice(members, rows, replace=False))
+            spans = [(int(i), int(i) + 1) for i in chosen]
+        vectors = []
+        for start, stop in spans:
+            for side in file.read(start, stop):
+                vectors.append(model.embed_ids(side.ids, side.offsets))
+    return np.concatenate(vectors)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=ROOT / "runs" / "fresh_multi")
+    parser.add_argument("--code", default="multi")
+    parser.add_argument("--model", type=Path, help="default: <root>/<code>/psp_model/model")
+    parser.add_argument("--removed", default="1,2,5", help="numbers of directions to remove")
+    args = parser.parse_args()
+    model_dir = args.model or args.root / args.code / "psp_model" / "model"
+    data = args.root / args.code / "training_data" / "train.h5"
+    if not (SHARED / "eval").is_dir() or not data.is_file() or not model_dir.is_dir():
+        print(json.dumps({"skipped": f"{SHARED / 'eval'}, {data} or {model_dir} is absent"}))
+        return 0
+    languages = MULTI_LANGUAGES if args.code == "multi" else (args.code,)
+    held_back = {
+        lang: args.root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
+    }
+    suite = DevSuite(SHARED / "eval", held_back)
+    model = load_model(model_dir)
+    table = model.weight.numpy().copy()
+    rows = []
+
+    def score(name: str, changed: np.ndarray) -> None:
+        variant = PSPModel(model.tokenizer, changed.astype(np.float32), model.config)
+        scores = suite.scores(variant, digits=None)
+        rows.append(
+            {"table": name, "dev_mean": round(dev_mean(scores, digits=None), 4)}
+            | {key: round(value, 2) for key, value in scores.items()}
+        )
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+
+    def remove(label: str, vectors: np.ndarray, counts: list[int]) -> None:
+        mean = vectors.mean(0)
+        _, _, directions = np.linalg.svd(vectors[::4] - mean, full_matrices=False)
+        centered = table - mean
+        for k in counts:
+            top = directions[:k]
+            name = f"centered on {label}" + (f", top {k} removed" if k else "")
+            score(name, centered - centered @ top.T @ top if k else centered)
+
+    score("unchanged", table)
+    counts = [0] + [int(x) for x in args.removed.split(",")]
+    remove("every group's sentences", sample_vectors(model, data, 10, 2000, None), counts)
+    if args.code == "multi":  # the first group of the multilingual file: English paraphrases
+        remove("English sentences", sample_vectors(model, data, 1, 10_000, 0), [1])
+    print(json.dumps({"benchmark": "common_direction", "code": args.code, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
