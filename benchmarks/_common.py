@@ -70,15 +70,22 @@ def machine_info() -> dict:
     import sentencepiece
     import torch
 
-    cpu_model = "unknown"
+    # the first processor's fields: the name alone ("AMD EPYC") does not tell a VM's hosts
+    # apart (a Zen 3 host has no AVX-512 and no fast bfloat16, a Zen 4 host has both)
+    cpu: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
-                if line.startswith("model name"):
-                    cpu_model = line.split(":", 1)[1].strip()
+                if not line.strip():
                     break
+                key, _, value = line.partition(":")
+                cpu[key.strip()] = value.strip()
     except OSError:
         pass
+    cpu_model = cpu.get("model name", "unknown")
+    flags = set(cpu.get("flags", "").split())
+    from psp_core.mining import fast_bfloat16_available
+
     try:
         nproc = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -91,6 +98,11 @@ def machine_info() -> dict:
         "cpu_model": cpu_model,
         "nproc": nproc,
         "cpu_capability": capability,
+        "cpu_family_model": f"{cpu.get('cpu family', '?')}/{cpu.get('model', '?')}",
+        "avx512f": "avx512f" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        # whether mining screens with bfloat16 products here (psp_core.mining)
+        "fast_bfloat16": fast_bfloat16_available(torch.device("cpu")),
         "torch": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
         "numpy": numpy.__version__,
