@@ -67,9 +67,6 @@ def promoted_check_spec(asset_name: str) -> AssetCheckSpec:
 FINITE_CHECK = "model_weights_finite"
 #: TrainConfig fields that do not change the trained weights.
 _NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "log_seconds", "checkpoint_every")
-#: TrainConfig fields added after models were trained, with the value that trains as before:
-#: left out of the fingerprint at that value, so an upgrade retrains nothing
-_ADDED_LATER = TrainConfig.ADDED_LATER
 
 
 def loss_pictures(record: dict) -> dict[str, MetadataValue]:
@@ -214,10 +211,12 @@ def build_model(
     )
     held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), held_back)
+    # a field added after models were trained is left out at the value that trains as before,
+    # so an upgrade retrains nothing
     settings = {
         k: v
         for k, v in train_config.to_dict().items()
-        if k not in _NOT_IN_FINGERPRINT and _ADDED_LATER.get(k, object()) != v
+        if k not in _NOT_IN_FINGERPRINT and TrainConfig.ADDED_LATER.get(k, object()) != v
     }
     key = fingerprint(
         stage=stage.name,

@@ -65,10 +65,29 @@ def require_data(data_dir: Path, *parts: str) -> Path | None:
     return path
 
 
+def dev_suite_for(root: Path, code: str):
+    """The dev suite (psp_core/evaluation/dev_suite.py) of ``code``'s model, ``multi`` for the
+    multilingual model's languages, with the held-back pairs the pipeline prepared under the
+    storage root ``root``, and ``code``'s spec in the shared-data registry (its pretokenizer:
+    the training file was encoded with it, so a model trained on it must tokenize the same)."""
+    from assets.languages import load_registry
+    from psp_core.evaluation.dev_suite import DevSuite
+
+    registry = load_registry(REPO_ROOT / "configs" / "languages-shared-data.toml")
+    languages = registry.multi_languages() if code == "multi" else [code]
+    held_back = {
+        lang: root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
+    }
+    spec = registry.multi if code == "multi" else registry[code]
+    return DevSuite(DEFAULT_DATA_DIR / "eval", held_back), spec
+
+
 def machine_info() -> dict:
     import numpy
     import sentencepiece
     import torch
+
+    from psp_core.mining import fast_bfloat16_available
 
     # the first processor's fields: the name alone ("AMD EPYC") does not tell a VM's hosts
     # apart (a Zen 3 host has no AVX-512 and no fast bfloat16, a Zen 4 host has both)
@@ -84,8 +103,6 @@ def machine_info() -> dict:
         pass
     cpu_model = cpu.get("model name", "unknown")
     flags = set(cpu.get("flags", "").split())
-    from psp_core.mining import fast_bfloat16_available
-
     try:
         nproc = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

@@ -21,30 +21,26 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
+
+import _common  # noqa: E402
 
 from psp_core import load_model  # noqa: E402
-from psp_core.evaluation.dev_suite import DevSuite, dev_mean  # noqa: E402
+from psp_core.evaluation.dev_suite import dev_mean  # noqa: E402
 from psp_core.model import PSPModel  # noqa: E402
 from psp_core.training_file import TrainingFile  # noqa: E402
 
-MULTI_LANGUAGES = ("ar", "de", "en", "es", "fr", "ru", "tr", "zh")
 
-
-def sample_vectors(model: PSPModel, data: Path, pieces: int, rows: int, group: int | None):
-    """Sentence vectors of ``pieces`` x ``rows`` training pairs (both sides) spread over the
-    file, or of ``rows`` pairs drawn from one ``group`` of a mixed file."""
+def sample_vectors(model: PSPModel, data: Path, rows: int, group: int | None = None):
+    """Sentence vectors (both sides) of the training pairs in 10 spans of ``rows`` pairs spread
+    over the file, only those of ``group`` when given (a mixed file's pairs are shuffled, so
+    each span holds the group's share)."""
+    vectors = []
     with TrainingFile(data) as file:
-        if group is None:
-            spans = [(int(i), int(i) + rows) for i in np.linspace(0, len(file) - rows, pieces)]
-        else:
-            members = np.flatnonzero(file.read_groups(0, len(file)) == group)
-            chosen = np.sort(np.random.default_rng(0).choice(members, rows, replace=False))
-            spans = [(int(i), int(i) + 1) for i in chosen]
-        vectors = []
-        for start, stop in spans:
-            for side in file.read(start, stop):
-                vectors.append(model.embed_ids(side.ids, side.offsets))
+        for start in np.linspace(0, len(file) - rows, 10).astype(int):
+            stop = int(start) + rows
+            mine = slice(None) if group is None else file.read_groups(start, stop) == group
+            for side in file.read(int(start), stop):
+                vectors.append(model.embed_ids(side.ids, side.offsets)[mine])
     return np.concatenate(vectors)
 
 
@@ -57,14 +53,18 @@ def main() -> int:
     args = parser.parse_args()
     model_dir = args.model or args.root / args.code / "psp_model" / "model"
     data = args.root / args.code / "training_data" / "train.h5"
-    if not (SHARED / "eval").is_dir() or not data.is_file() or not model_dir.is_dir():
-        print(json.dumps({"skipped": f"{SHARED / 'eval'}, {data} or {model_dir} is absent"}))
+    if (
+        not (_common.DEFAULT_DATA_DIR / "eval").is_dir()
+        or not data.is_file()
+        or not model_dir.is_dir()
+    ):
+        print(
+            json.dumps(
+                {"skipped": f"{_common.DEFAULT_DATA_DIR / 'eval'}, {data} or {model_dir} is absent"}
+            )
+        )
         return 0
-    languages = MULTI_LANGUAGES if args.code == "multi" else (args.code,)
-    held_back = {
-        lang: args.root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
-    }
-    suite = DevSuite(SHARED / "eval", held_back)
+    suite, _ = _common.dev_suite_for(args.root, args.code)
     model = load_model(model_dir)
     table = model.weight.numpy().copy()
     rows = []
@@ -89,9 +89,9 @@ def main() -> int:
 
     score("unchanged", table)
     counts = [0] + [int(x) for x in args.removed.split(",")]
-    remove("every group's sentences", sample_vectors(model, data, 10, 2000, None), counts)
+    remove("every group's sentences", sample_vectors(model, data, 2000), counts)
     if args.code == "multi":  # the first group of the multilingual file: English paraphrases
-        remove("English sentences", sample_vectors(model, data, 1, 10_000, 0), [1])
+        remove("English sentences", sample_vectors(model, data, 10_000, group=0), [1])
     print(json.dumps({"benchmark": "common_direction", "code": args.code, "rows": rows}))
     return 0
 

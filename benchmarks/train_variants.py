@@ -21,14 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
 
-from assets.languages import load_registry  # noqa: E402
-from psp_core.evaluation.dev_suite import DevSuite, dev_mean  # noqa: E402
+import _common  # noqa: E402
+
+from psp_core.evaluation.dev_suite import dev_mean  # noqa: E402
 from psp_core.training.config import TrainConfig  # noqa: E402
 from psp_core.training.trainer import train  # noqa: E402
-
-MULTI_LANGUAGES = ("ar", "de", "en", "es", "fr", "ru", "tr", "zh")
 
 
 def main() -> int:
@@ -38,22 +36,16 @@ def main() -> int:
     parser.add_argument("--set", default="{}", help="TrainConfig fields over the demo's")
     args = parser.parse_args()
     data = args.root / args.code / "training_data" / "train.h5"
-    if not (SHARED / "eval").is_dir() or not data.is_file():
-        print(json.dumps({"skipped": f"{SHARED / 'eval'} or {data} is absent"}))
+    if not (_common.DEFAULT_DATA_DIR / "eval").is_dir() or not data.is_file():
+        print(json.dumps({"skipped": f"{_common.DEFAULT_DATA_DIR / 'eval'} or {data} is absent"}))
         return 0
     overrides = json.loads(args.set)
     # the demo profile's (assets/profiles.py): the multilingual model 5 epochs, a language 1
     demo = dict(lr=0.05, epochs=5 if args.code == "multi" else 1, log_every=500)
     config = TrainConfig(**{**demo, **overrides})
-    languages = MULTI_LANGUAGES if args.code == "multi" else (args.code,)
-    # tokenized at inference as the training file was encoded (the registry's pretokenizer:
-    # left to train(), a zh model would pick jieba over a file of raw-text pieces)
-    registry = load_registry(ROOT / "configs" / "languages-shared-data.toml")
-    spec = registry.multi if args.code == "multi" else registry[args.code]
-    held_back = {
-        lang: args.root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
-    }
-    suite = DevSuite(SHARED / "eval", held_back)
+    # spec: tokenized at inference as the training file was encoded (the registry's
+    # pretokenizer: left to train(), a zh model would pick jieba over raw-text pieces)
+    suite, spec = _common.dev_suite_for(args.root, args.code)
     epochs: list[dict] = []
 
     def score(model) -> float:
