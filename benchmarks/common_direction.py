@@ -1,11 +1,15 @@
-"""A trained model's table changed by removing a common direction, scored on the dev suite
-(issue 29 part 3; table in benchmarks/README.md).
+"""A trained model's table changed by removing a common direction, or by weighting each piece
+by its frequency, scored on the dev suite (issue 29 part 3; tables in benchmarks/README.md).
 
 The mean of ``E[id] P - c`` over a sentence's pieces is ``mean(E[id]) P - c``, so centering
 sentence vectors (``c``: the mean vector of training sentences) and projecting out their top
 principal directions (``P = I - U^T U``) is a change of the table: free at inference and kept
 by every export. This measures what it would do to the dev suite (STS 2017 en-en, STS-B dev,
 held-back retrieval; psp_core/evaluation/dev_suite.py); test sets are not read.
+
+Scaling each row by ``a / (a + p(id))`` (``p``: the piece's frequency in the training file) is
+the smooth inverse frequency weighting of Arora et al. (2017), also a change of the table: a
+sentence's cosine to another does not depend on the mean's ``1/n``.
 
     .venv/bin/python benchmarks/common_direction.py --root runs/fresh_multi --code multi
 """
@@ -44,12 +48,25 @@ def sample_vectors(model: PSPModel, data: Path, rows: int, group: int | None = N
     return np.concatenate(vectors)
 
 
+def piece_frequencies(data: Path, vocab_size: int, chunk: int = 50_000) -> np.ndarray:
+    """Each piece's share of the ids of the training file (both sides)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    with TrainingFile(data) as file:
+        for start in range(0, len(file), chunk):
+            for side in file.read(start, min(len(file), start + chunk)):
+                counts += np.bincount(np.asarray(side.ids), minlength=vocab_size)
+    return counts / counts.sum()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT / "runs" / "fresh_multi")
     parser.add_argument("--code", default="multi")
     parser.add_argument("--model", type=Path, help="default: <root>/<code>/psp_model/model")
     parser.add_argument("--removed", default="1,2,5", help="numbers of directions to remove")
+    parser.add_argument(
+        "--weights", default="0.01,0.001", help="values of a for the rows scaled by a/(a+p)"
+    )
     args = parser.parse_args()
     model_dir = args.model or args.root / args.code / "psp_model" / "model"
     data = args.root / args.code / "training_data" / "train.h5"
@@ -92,6 +109,9 @@ def main() -> int:
     remove("every group's sentences", sample_vectors(model, data, 2000), counts)
     if args.code == "multi":  # the first group of the multilingual file: English paraphrases
         remove("English sentences", sample_vectors(model, data, 10_000, group=0), [1])
+    frequency = piece_frequencies(data, len(table))
+    for a in [float(x) for x in args.weights.split(",") if x]:
+        score(f"rows scaled by a/(a+p), a={a:g}", table * (a / (a + frequency))[:, None])
     print(json.dumps({"benchmark": "common_direction", "code": args.code, "rows": rows}))
     return 0
 
