@@ -7,7 +7,7 @@ suite after every epoch (STS 2017 en-en, STS-B dev, retrieval on the held-back p
 model's languages; psp_core/evaluation/dev_suite.py) and keeps the last epoch. Test sets are
 not read: they are reported once, after a choice, by the pipeline's evaluation.
 
-    .venv/bin/python benchmarks/train_variants.py --code multi --set '{"lr_decay": "linear"}'
+    .venv/bin/python benchmarks/train_variants.py --code multi --set '{"piece_dropout": 0.1}'
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
 
+from assets.profiles import PROFILE_SETTINGS, Profile  # noqa: E402
 from psp_core.evaluation.dev_suite import dev_mean  # noqa: E402
 from psp_core.training.config import TrainConfig  # noqa: E402
 from psp_core.training.trainer import train  # noqa: E402
@@ -40,8 +41,9 @@ def main() -> int:
         print(json.dumps({"skipped": f"{_common.DEFAULT_DATA_DIR / 'eval'} or {data} is absent"}))
         return 0
     overrides = json.loads(args.set)
-    # the demo profile's (assets/profiles.py): the multilingual model 5 epochs, a language 1
-    demo = dict(lr=0.05, epochs=5 if args.code == "multi" else 1, log_every=500)
+    # the demo profile's own settings (assets/profiles.py), as `make run` trains them
+    asset = "multi_psp_model" if args.code == "multi" else "psp_model"
+    demo = PROFILE_SETTINGS[Profile.demo][asset] | {"log_every": 500}
     config = TrainConfig(**{**demo, **overrides})
     # spec: tokenized at inference as the training file was encoded (the registry's
     # pretokenizer: left to train(), a zh model would pick jieba over raw-text pieces)
