@@ -44,6 +44,8 @@ WEIGHTS_FILE = "weights.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 BEST_FILE = "best.safetensors"
 POINTER_FILE = "LATEST"
+#: remembered candidates (psp_core.training.remembered), beside the step directories
+CANDIDATES_FILE = "candidates.npy"
 #: the fingerprint key of the training file's content (see ``trainer.train``)
 DATA_KEY = "data_sha256"
 _ADVICE = {
@@ -88,6 +90,10 @@ class TrainingState:
     epoch_loss_sum: float = 0.0
     epoch_loss_count: int = 0
     epoch_seconds: float = 0.0
+    # remembered candidates (TrainConfig.mining_candidates): per mega-batch slot, the epoch its
+    # lists were mined in and its pairs; and the epoch's counters (remembered.COUNTERS)
+    candidate_slots: dict[str, list[int]] = field(default_factory=dict)
+    epoch_mining: dict[str, int] = field(default_factory=dict)
 
 
 def _optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
@@ -172,7 +178,10 @@ def is_checkpoint_directory(directory: str | Path) -> bool:
     """Whether everything in ``directory`` is a checkpoint store's own (``step-*``, ``LATEST``,
     ``best.safetensors`` and their temporaries): the marker that lets training write there and
     remove it when done."""
-    own = re.compile(rf"(step-[0-9]+-epoch-[0-9]+|{POINTER_FILE}|{re.escape(BEST_FILE)})")
+    own = re.compile(
+        rf"(step-[0-9]+-epoch-[0-9]+|{POINTER_FILE}|{re.escape(BEST_FILE)}|"
+        rf"{re.escape(CANDIDATES_FILE)})"
+    )
     return all(
         own.fullmatch(name.split(".tmp-")[0].split(".old-")[0]) for name in os.listdir(directory)
     )

@@ -15,7 +15,7 @@ import torch
 from psp_core.csr import TokenBatch
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.loss import margin_loss, nested_margin_loss
-from psp_core.mining import mine_hard_negatives, sentence_hashes
+from psp_core.mining import Negatives, mine_hard_negatives, sentence_hashes
 from psp_core.training.config import TrainConfig
 from psp_core.training.data import PairBatch
 from psp_core.training.distributed import DistributedContext
@@ -44,6 +44,8 @@ class StepSettings:
     # pairs it mines among (groups with equal keys share candidates; equal keys, equal rules)
     group_rules: tuple[str, ...] = ()
     group_keys: tuple[int, ...] = ()
+    # False: the negatives enter the loss without gradient (a step updates its pairs' rows only)
+    negative_gradients: bool = True
 
     @classmethod
     def from_config(
@@ -61,8 +63,13 @@ class StepSettings:
             mining_screen=False if config.mining_dtype == "float32-plain" else None,
             device=device,
             loss_dims=config.matryoshka_dims or (),
+            negative_gradients=config.negative_gradients,
             **more,
         )
+
+
+#: finds a one-language mega-batch's negatives from its embeddings and sentence hashes
+Miner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], Negatives]
 
 
 class PhaseTimes:
@@ -151,6 +158,8 @@ def train_megabatch(
     first_step: int,
     on_step: Callable[[int, float], None] | None = None,
     times: PhaseTimes | None = None,
+    miner: Miner | None = None,
+    order: np.ndarray | None = None,
 ) -> list[float]:
     """Train on one mega-batch; returns the loss of each mini-batch.
 
@@ -158,6 +167,11 @@ def train_megabatch(
     and without dropout, then every mini-batch takes one optimizer step. Under several
     processes every rank calls this with its own shard, all with the same number of
     mini-batches; the losses returned are the means over the ranks.
+
+    ``miner``: finds the negatives of a one-language mega-batch instead of exact mining, called
+    as ``miner(source_embeddings, target_embeddings, source_hashes, target_hashes)`` (the
+    trainer's remembered candidates). ``order``: the pairs' order into mini-batches, applied
+    after mining (None: as given).
     """
     device = settings.device
     distributed = settings.distributed
@@ -171,9 +185,17 @@ def train_megabatch(
         target_hashes = _hashes(mega.target, device)
     with phase("mine"):
         for_source, for_target, pool_for_source, pool_for_target = _negatives(
-            mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes
+            mega,
+            settings,
+            source_embeddings,
+            target_embeddings,
+            source_hashes,
+            target_hashes,
+            miner,
         )
     del source_embeddings, target_embeddings
+    if order is not None:  # the pools stay as mined: the negatives' rows still point into them
+        mega, for_source, for_target = mega.take(order), for_source[order], for_target[order]
 
     model.train()
     params = list(model.parameters())
@@ -227,7 +249,9 @@ def train_megabatch(
     return losses
 
 
-def _negatives(mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes):
+def _negatives(
+    mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes, miner=None
+):
     """Each pair's negatives (rows of the pools returned) for its source and its target."""
     if mega.group is not None:
         for_source, for_target = _mine_by_group(
@@ -235,14 +259,11 @@ def _negatives(mega, settings, source_embeddings, target_embeddings, source_hash
         )
         pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
         return for_source, for_target, pool_for_source, pool_for_target
-    negatives = _mine(
-        settings,
-        settings.negatives_from,
-        source_embeddings,
-        target_embeddings,
-        source_hashes,
-        target_hashes,
-    )
+    embeddings_and_hashes = (source_embeddings, target_embeddings, source_hashes, target_hashes)
+    if miner is not None:
+        negatives = miner(*embeddings_and_hashes)
+    else:
+        negatives = _mine(settings, settings.negatives_from, *embeddings_and_hashes)
     if settings.negatives_from == "opposite":
         pool_for_source, pool_for_target = mega.target, mega.source
     else:
@@ -256,14 +277,29 @@ def _forward(model, settings, ids, offsets, n, t_negative_rows, s_negative_rows)
     """The mini-batch's loss; with the sparse optimizer also the gathered rows and their ids."""
     device = settings.device
     rows = unique = None
+    # the pairs' pieces end at ``cut``; the negatives' follow (all of them when they learn too)
+    ids, offsets = model.drop_pieces(ids, offsets)
+    cut = len(ids) if settings.negative_gradients else int(offsets[2 * n])
     if model.sparse:
-        ids, offsets = model.drop_pieces(ids, offsets)
         # one gradient row per distinct piece kept, not one per token
-        unique, local = torch.unique(ids, return_inverse=True)
+        unique, local = torch.unique(ids[:cut], return_inverse=True)
         rows = model.weight.detach().index_select(0, unique).requires_grad_()
-        embeddings = model.forward_rows(rows, local, offsets)
+        learning = model.forward_rows(
+            rows, local, offsets if cut == len(ids) else offsets[: 2 * n + 1]
+        )
     else:
-        embeddings = model(ids, offsets)
+        learning = model.forward_rows(
+            model.weight,
+            ids[:cut],
+            offsets if cut == len(ids) else offsets[: 2 * n + 1],
+            sparse=False,
+        )
+    if cut == len(ids):
+        embeddings = learning
+    else:  # the negatives from the table as it is, no gradient: a step touches its pairs' rows
+        with torch.no_grad():
+            fixed = model.forward_rows(model.weight.detach(), ids[cut:], offsets[2 * n :] - cut)
+        embeddings = torch.cat([learning, fixed])
     s, t, t_negative, s_negative = embeddings.split(n)
     if (t_negative_rows < 0).any() or (s_negative_rows < 0).any():
         t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)

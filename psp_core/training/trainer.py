@@ -34,6 +34,7 @@ from psp_core.training.data import EpochStream, PairBatch
 from psp_core.training.distributed import DistributedContext, distributed_training, tensor_digest
 from psp_core.training.optim import build_optimizer
 from psp_core.training.progress import TrainingProgress
+from psp_core.training.remembered import COUNTERS, CandidateMemory, mining_record
 from psp_core.training.schedule import MegabatchSchedule, learning_rate_at
 from psp_core.training.steps import StepSettings, train_megabatch
 from psp_core.training_file import TrainingFile
@@ -92,6 +93,15 @@ def epoch_summary(record: dict) -> str:
         parts.append(f"{record['seconds']:.1f} s")
     if record.get("dev_score") is not None:
         parts.append(f"dev score {record['dev_score']:.2f}")
+    mining = record.get("mining")
+    if mining:
+        text = (
+            f"mega-batches mined exactly {mining['exact']}, "
+            f"from remembered candidates {mining['reused']}"
+        )
+        if mining.get("sampled_agreement") is not None:
+            text += f" (sampled agreement {100 * mining['sampled_agreement']:.1f}%)"
+        parts.append(text)
     return ", ".join(parts)
 
 
@@ -188,6 +198,13 @@ def train(
             negatives_from = config.negatives_from or (
                 "any" if info.kind == "paraphrase" else "opposite"
             )
+        if config.mining_candidates and (info.groups or distributed.is_distributed):
+            raise ValueError(
+                "mining_candidates works on a one-language training file in one process; "
+                f"{data_path} "
+                + ("holds several languages" if info.groups else "is trained by several processes")
+                + ": set mining_candidates to 0"
+            )
         fingerprint = {
             **config.fingerprint(),
             "negatives_from": negatives_from,
@@ -222,6 +239,19 @@ def train(
             state = TrainingState()
 
         schedule = MegabatchSchedule(config.max_megabatch, config.anneal_every)
+        memory = None
+        if config.mining_candidates:
+            memory = CandidateMemory(
+                checkpoint_dir,
+                k=config.mining_candidates,
+                slot_pairs=config.max_megabatch * config.batch_size,
+                n_pairs=len(data),
+                slots=state.candidate_slots,
+                counters=state.epoch_mining,
+                seed=config.seed,
+            )
+            for name in COUNTERS:
+                state.epoch_mining.setdefault(name, 0)
         settings = StepSettings.from_config(
             config,
             device=device,
@@ -255,7 +285,9 @@ def train(
             stream = EpochStream(
                 data,
                 seed=config.seed,
-                epoch=state.epoch,
+                # remembered candidates keep each mega-batch's pairs: every epoch reads the
+                # first epoch's order (each mega-batch's mini-batches reshuffled instead)
+                epoch=0 if memory is not None else state.epoch,
                 block_size=config.shuffle_block,
                 start=state.position,
             )
@@ -283,9 +315,22 @@ def train(
                 if len(mega) == 0:
                     break
                 shard = _shard(mega, distributed)
+                miner = order = None
+                slot = memory.slot_of(state.position, len(mega)) if memory is not None else None
+                if slot is not None:
+                    chunk = config.mining_chunk_rows
+                    miner = memory.miner(slot, state.epoch, negatives_from, chunk)
+                    order = memory.order(slot, state.epoch, len(mega))
                 if len(shard) > 0:
                     losses = train_megabatch(
-                        model, optimizer, shard, settings, first_step=state.step, on_step=step_hook
+                        model,
+                        optimizer,
+                        shard,
+                        settings,
+                        first_step=state.step,
+                        on_step=step_hook,
+                        miner=miner,
+                        order=order,
                     )
                     for loss in losses:  # in order: a resumed epoch adds up the same way
                         state.epoch_loss_sum += loss
@@ -297,11 +342,11 @@ def train(
                     and state.step - last_checkpoint >= config.checkpoint_every
                 ):
                     state.epoch_seconds = time.perf_counter() - epoch_started
-                    _save(store, distributed, model, optimizer, state, fingerprint)
+                    _save(store, distributed, model, optimizer, state, fingerprint, memory)
                     last_checkpoint = state.step
             if stopped_early:
                 state.epoch_seconds = time.perf_counter() - epoch_started
-                _save(store, distributed, model, optimizer, state, fingerprint)
+                _save(store, distributed, model, optimizer, state, fingerprint, memory)
                 break
             count = state.epoch_loss_count
             elapsed = time.perf_counter() - epoch_started
@@ -312,6 +357,8 @@ def train(
                 "pairs_per_second": count * pairs_per_step / max(elapsed, 1e-9) if count else None,
                 "seconds": round(elapsed, 3),
             }
+            if memory is not None:
+                record["mining"] = mining_record(state.epoch_mining)
             if dev_evaluator is not None:
                 # evaluated on rank 0; all ranks keep the same best-epoch bookkeeping
                 score = None
@@ -330,7 +377,9 @@ def train(
             state.epoch += 1
             state.position = 0
             state.epoch_loss_sum, state.epoch_loss_count, state.epoch_seconds = 0.0, 0, 0.0
-            _save(store, distributed, model, optimizer, state, fingerprint)
+            for name in state.epoch_mining:
+                state.epoch_mining[name] = 0
+            _save(store, distributed, model, optimizer, state, fingerprint, memory)
 
         bundle = output_dir
         if distributed.is_distributed:
@@ -376,8 +425,11 @@ def _shard(mega: PairBatch, distributed: DistributedContext) -> PairBatch:
     return mega.slice(distributed.rank * size, (distributed.rank + 1) * size)
 
 
-def _save(store, distributed, model, optimizer, state, fingerprint) -> None:
-    """Rank 0 writes the checkpoint (the replicas are identical); the others wait for it."""
+def _save(store, distributed, model, optimizer, state, fingerprint, memory=None) -> None:
+    """Rank 0 writes the checkpoint (the replicas are identical); the others wait for it.
+    Remembered candidates reach the disk first: the state written names them."""
+    if memory is not None:
+        memory.flush()
     if distributed.is_main:
         store.save(model.weight, optimizer, state, fingerprint)
     distributed.barrier()

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from psp_core import TrainConfig, load_model, train
+from psp_core.candidate_mining import rescore, top_candidates
 from psp_core.encoder import MeanEmbeddingEncoder
 from psp_core.tokenizer import flatten_id_lists
 from psp_core.training.data import PairBatch
@@ -234,6 +235,8 @@ class Variant:
     screen: bool | None = None  # None: the trainer's default for mining_dtype="float32"
     chunk_rows: int = 512
     optimizer: str = "sparse"
+    negative_gradients: bool = True  # False: the negatives' rows must not move
+    remembered: bool = False  # negatives re-scored among remembered candidates (k = 3)
 
 
 VARIANTS = {
@@ -244,6 +247,9 @@ VARIANTS = {
     "float32-screened-chunked": Variant(screen=True, chunk_rows=3),
     "bfloat16": Variant(dtype=torch.bfloat16),
     "dense-adam": Variant(optimizer="dense"),
+    "fixed-negatives": Variant(negative_gradients=False),
+    "fixed-negatives-dense": Variant(negative_gradients=False, optimizer="dense"),
+    "remembered-candidates": Variant(remembered=True),
 }
 
 
@@ -269,7 +275,16 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
         mining_dtype=variant.dtype,
         mining_screen=variant.screen,
         device=torch.device("cpu"),
+        negative_gradients=variant.negative_gradients,
     )
+    miner = None
+    if variant.remembered:
+
+        def miner(*embeddings_and_hashes):
+            rule = case.negatives_from
+            lists = top_candidates(*embeddings_and_hashes, negatives_from=rule, k=3)
+            return rescore(*embeddings_and_hashes, lists, negatives_from=rule)
+
     weights = [model.weight.detach().clone()]
 
     def keep_weights(step, loss):
@@ -278,7 +293,7 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
     times = PhaseTimes()  # timed (benchmarks/train_profile.py): the same steps
     losses = train_megabatch(
         model, optimizer, case.mega_batch(), settings, first_step=0, on_step=keep_weights,
-        times=times,
+        times=times, miner=miner,
     )  # fmt: skip
     phases = {"encode", "hashes", "mine", "assemble", "forward", "backward", "optimizer"}
     assert set(times.seconds) == phases and all(v > 0 for v in times.seconds.values())
@@ -293,9 +308,11 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
         assert losses[step] == pytest.approx(expected, rel=1e-5), f"loss of mini-batch {step}"
         if variant.optimizer == "dense" and step > 0:
             continue  # dense Adam's momentum moves the rows of earlier steps too
-        # the step moved the rows of its pairs and of their negatives, and only those
+        # the step moved the rows of its pairs and of their negatives, and only those (only
+        # the pairs' where the negatives carry no gradient)
         used = {case.pieces[name] for pair in pairs for name in pair}
-        used |= {case.pieces[negatives[name]] for pair in pairs for name in pair}
+        if variant.negative_gradients:
+            used |= {case.pieces[negatives[name]] for pair in pairs for name in pair}
         assert changed_rows(weights[step], weights[step + 1]) == used, f"rows of step {step}"
 
 
