@@ -56,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=100_000, help="training file size")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--lr", type=float, default=0.001)
-    parser.add_argument("--k", type=int, default=16, help="remembered candidates per anchor")
+    parser.add_argument("--k", type=int, default=32, help="remembered candidates per anchor")
     parser.add_argument("--settings", default="mb1,mb100-remembered")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seeds", default="1", help="comma-separated; round r uses seed r mod n")

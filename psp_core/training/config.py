@@ -72,7 +72,7 @@ class TrainConfig:
             exactly, keep every full mega-batch's pairs together from epoch to epoch (its
             mini-batches reshuffled), and in later epochs pick its negatives among those
             candidates re-scored with the current parameters, as long as a sample of 256 of its
-            anchors mined exactly agrees (>= 97% get the exact hardest negative or one within
+            anchors mined exactly agrees (>= 95% get the exact hardest negative or one within
             0.01 cosine); otherwise mine it exactly again. One-language files on one process.
             The epoch's record says how many mega-batches were mined exactly, how many re-used
             their lists, and the sample's agreement (benchmarks/README.md, issue 29).

@@ -26,7 +26,7 @@ from psp_core.training.checkpoint import CANDIDATES_FILE
 log = logging.getLogger(__name__)
 
 #: the per-epoch counters kept in ``TrainingState.epoch_mining``
-COUNTERS = ("exact", "reused", "sampled", "agreeing")
+COUNTERS = ("exact", "reused", "sampled", "agreeing", "failed")
 
 
 class CandidateMemory:
@@ -113,9 +113,12 @@ class CandidateMemory:
                         negatives_from=negatives_from,
                         generator=np.random.default_rng([self.seed, epoch, slot, 1]),
                     )
-                    self.counters["sampled"] += check.sampled
-                    self.counters["agreeing"] += check.agreeing
-                    if check.agreement >= AGREEMENT:
+                    if check.agreement < AGREEMENT:
+                        self.counters["failed"] += 1
+                    else:
+                        # what the re-used lists gave, checked on the sample
+                        self.counters["sampled"] += check.sampled
+                        self.counters["agreeing"] += check.agreeing
                         chosen = rescore(*args, lists, negatives_from=negatives_from)
                         # the sampled anchors were mined exactly: theirs are the exact ones
                         for found, rows, exact in zip(
@@ -159,12 +162,16 @@ class CandidateMemory:
 
 
 def mining_record(counters: dict[str, int]) -> dict | None:
-    """The epoch record's ``mining`` entry (None when no mega-batch had a slot)."""
+    """The epoch record's ``mining`` entry (None when no mega-batch had a slot): mega-batches
+    mined exactly (``failed`` of them because their sample disagreed), mega-batches that
+    re-used their lists, and the share of those mega-batches' sampled anchors whose re-used
+    negative agreed with exact mining (within 0.01 cosine)."""
     if not counters or not (counters.get("exact") or counters.get("reused")):
         return None
     sampled = counters.get("sampled", 0)
     return {
         "exact": counters.get("exact", 0),
+        "failed": counters.get("failed", 0),
         "reused": counters.get("reused", 0),
         "sampled_agreement": round(counters.get("agreeing", 0) / sampled, 4) if sampled else None,
     }

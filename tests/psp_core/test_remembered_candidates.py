@@ -140,7 +140,7 @@ def test_lists_of_unrelated_vectors_fail_the_sampled_check(rule):
 
 def test_memory_reuses_lists_while_the_sample_agrees_and_mines_again_otherwise(tmp_path):
     case = random_case(n=256, seed=4)
-    slots, counters = {}, dict.fromkeys(("exact", "reused", "sampled", "agreeing"), 0)
+    slots, counters = {}, dict.fromkeys(("exact", "reused", "sampled", "agreeing", "failed"), 0)
     memory = CandidateMemory(
         tmp_path, k=4, slot_pairs=256, n_pairs=600, slots=slots, counters=counters, seed=1
     )
@@ -160,7 +160,8 @@ def test_memory_reuses_lists_while_the_sample_agrees_and_mines_again_otherwise(t
     moved = random_case(n=256, seed=5)
     moved = (moved[0], moved[1], case[2], case[3])
     third = memory.miner(1, 2, "opposite", 512)(*moved)
-    assert counters["exact"] == 2 and counters["reused"] == 1
+    assert counters["exact"] == 2 and counters["reused"] == 1 and counters["failed"] == 1
+    assert counters["sampled"] == 256  # only the re-used lists' samples are counted
     assert slots == {"1": [2, 256]}
     assert_exact(moved, third)
 
@@ -195,7 +196,7 @@ def test_training_reuses_remembered_candidates_after_the_first_epoch(
     result = train(toy_training_file, spm_path, tmp_path / "m", config)
     slots = -(-2000 // 128)
     mining = [record["mining"] for record in result.state.history]
-    assert mining[0] == {"exact": slots, "reused": 0, "sampled_agreement": None}
+    assert mining[0] == {"exact": slots, "failed": 0, "reused": 0, "sampled_agreement": None}
     assert all(m["exact"] + m["reused"] == slots for m in mining)
     assert mining[2]["reused"] > slots // 2, mining
     assert all(m["sampled_agreement"] >= AGREEMENT for m in mining[1:] if m["reused"]), mining
