@@ -95,10 +95,10 @@ def epoch_summary(record: dict) -> str:
         parts.append(f"dev score {record['dev_score']:.2f}")
     mining = record.get("mining")
     if mining:
-        text = (
-            f"mega-batches mined exactly {mining['exact']}, "
-            f"from remembered candidates {mining['reused']}"
-        )
+        text = f"mega-batches mined exactly {mining['exact']}"
+        if mining.get("failed"):
+            text += f" ({mining['failed']} after a failed check)"
+        text += f", from remembered candidates {mining['reused']}"
         if mining.get("sampled_agreement") is not None:
             text += f" (sampled agreement {100 * mining['sampled_agreement']:.1f}%)"
         parts.append(text)
