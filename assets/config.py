@@ -137,12 +137,6 @@ class TrainingConfig(StageConfig):
         "agrees (>= 95% within 0.01 cosine); one-language models only. Pays at the paper's lr "
         "0.001 over many epochs (benchmarks/README.md, issue 29).",
     )
-    negative_gradients: bool | None = Field(
-        default=None,
-        description="Null or true (the paper's): the loss's gradient reaches the negatives too. "
-        "False: negatives are fixed vectors and a step updates only its pairs' rows (faster "
-        "with mega-batches).",
-    )
     negatives_within: str | None = Field(
         default=None,
         description="The multilingual model only: 'megabatch' mines each pair's hard negatives "
@@ -172,7 +166,7 @@ class TrainingConfig(StageConfig):
     def overrides(self) -> dict:
         names = ("dim", "epochs", "batch_size", "max_megabatch", "anneal_every")
         names += ("dropout", "piece_dropout", "lr", "lr_decay", "max_steps", "negatives_within")
-        names += ("mining_candidates", "negative_gradients")
+        names += ("mining_candidates",)
         chosen = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         if self.matryoshka_dims is not None:
             chosen["matryoshka_dims"] = tuple(self.matryoshka_dims)

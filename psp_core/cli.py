@@ -393,18 +393,7 @@ def _int_tuple(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(message) from None
 
 
-def _yes_no(text: str) -> bool:
-    """``yes``/``no`` (also true/false, 1/0, on/off) -> bool."""
-    value = text.strip().lower()
-    if value in ("yes", "true", "1", "on"):
-        return True
-    if value in ("no", "false", "0", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
-
-
 _TYPES = {
-    "bool": _yes_no,
     "int": int,
     "float": float,
     "str": str,

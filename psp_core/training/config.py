@@ -76,10 +76,6 @@ class TrainConfig:
             0.01 cosine); otherwise mine it exactly again. One-language files on one process.
             The epoch's record says how many mega-batches were mined exactly, how many re-used
             their lists, and the sample's agreement (benchmarks/README.md, issue 29).
-        negative_gradients: True (the paper's): the loss's gradient reaches the negatives'
-            pieces too. False: negatives enter the loss as fixed vectors, and a step updates
-            only its own pairs' rows (with a mega-batch they are other pairs' sentences, so
-            each step touches about 1.5x fewer rows).
         matryoshka_dims: train so that the first ``d`` dimensions of a vector work on their
             own for each ``d`` given (Matryoshka representation learning): the margin loss is
             summed over these nested prefixes, the full ``dim`` always included, e.g. ``(512,
@@ -111,7 +107,6 @@ class TrainConfig:
     mining_chunk_rows: int = 512
     mining_dtype: str = "float32"
     mining_candidates: int = 0
-    negative_gradients: bool = True
     matryoshka_dims: tuple[int, ...] | None = None
     max_steps: int | None = None
     device: str = "auto"
@@ -171,7 +166,6 @@ class TrainConfig:
             "lr_decay": "constant",
             "piece_dropout": 0.0,
             "mining_candidates": 0,
-            "negative_gradients": True,
         }
     )
 

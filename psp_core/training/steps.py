@@ -44,8 +44,6 @@ class StepSettings:
     # pairs it mines among (groups with equal keys share candidates; equal keys, equal rules)
     group_rules: tuple[str, ...] = ()
     group_keys: tuple[int, ...] = ()
-    # False: the negatives enter the loss without gradient (a step updates its pairs' rows only)
-    negative_gradients: bool = True
 
     @classmethod
     def from_config(
@@ -63,7 +61,6 @@ class StepSettings:
             mining_screen=False if config.mining_dtype == "float32-plain" else None,
             device=device,
             loss_dims=config.matryoshka_dims or (),
-            negative_gradients=config.negative_gradients,
             **more,
         )
 
@@ -277,29 +274,14 @@ def _forward(model, settings, ids, offsets, n, t_negative_rows, s_negative_rows)
     """The mini-batch's loss; with the sparse optimizer also the gathered rows and their ids."""
     device = settings.device
     rows = unique = None
-    # the pairs' pieces end at ``cut``; the negatives' follow (all of them when they learn too)
-    ids, offsets = model.drop_pieces(ids, offsets)
-    cut = len(ids) if settings.negative_gradients else int(offsets[2 * n])
     if model.sparse:
+        ids, offsets = model.drop_pieces(ids, offsets)
         # one gradient row per distinct piece kept, not one per token
-        unique, local = torch.unique(ids[:cut], return_inverse=True)
+        unique, local = torch.unique(ids, return_inverse=True)
         rows = model.weight.detach().index_select(0, unique).requires_grad_()
-        learning = model.forward_rows(
-            rows, local, offsets if cut == len(ids) else offsets[: 2 * n + 1]
-        )
+        embeddings = model.forward_rows(rows, local, offsets)
     else:
-        learning = model.forward_rows(
-            model.weight,
-            ids[:cut],
-            offsets if cut == len(ids) else offsets[: 2 * n + 1],
-            sparse=False,
-        )
-    if cut == len(ids):
-        embeddings = learning
-    else:  # the negatives from the table as it is, no gradient: a step touches its pairs' rows
-        with torch.no_grad():
-            fixed = model.forward_rows(model.weight.detach(), ids[cut:], offsets[2 * n :] - cut)
-        embeddings = torch.cat([learning, fixed])
+        embeddings = model(ids, offsets)
     s, t, t_negative, s_negative = embeddings.split(n)
     if (t_negative_rows < 0).any() or (s_negative_rows < 0).any():
         t_negative = t_negative * torch.from_numpy(t_negative_rows >= 0).to(device).unsqueeze(1)

@@ -219,7 +219,6 @@ def test_killed_run_with_remembered_candidates_resumes_to_identical_weights(
 ):
     config = TrainConfig(
         **QUICK, epochs=3, lr=0.002, mining_candidates=8, checkpoint_every=7,
-        negative_gradients=False,
     )  # fmt: skip
     reference = train(toy_training_file, spm_path, tmp_path / "ref", config)
 
@@ -269,13 +268,9 @@ def test_mixed_files_are_refused(tmp_path, toy, tokenizer, spm_path):
 def test_cli_takes_the_new_settings():
     args = build_parser().parse_args(
         ["train", "--data", "d.h5", "--spm", "s.model", "--output", "o",
-         "--mining-candidates", "16", "--negative-gradients", "no"]
+         "--mining-candidates", "16"]
     )  # fmt: skip
-    assert args.mining_candidates == 16 and args.negative_gradients is False
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(
-            ["train", "--data", "d", "--spm", "s", "--output", "o", "--negative-gradients", "x"]
-        )
+    assert args.mining_candidates == 16
 
 
 def test_negative_settings_are_refused():

@@ -235,7 +235,6 @@ class Variant:
     screen: bool | None = None  # None: the trainer's default for mining_dtype="float32"
     chunk_rows: int = 512
     optimizer: str = "sparse"
-    negative_gradients: bool = True  # False: the negatives' rows must not move
     remembered: bool = False  # negatives re-scored among remembered candidates (k = 3)
 
 
@@ -247,8 +246,6 @@ VARIANTS = {
     "float32-screened-chunked": Variant(screen=True, chunk_rows=3),
     "bfloat16": Variant(dtype=torch.bfloat16),
     "dense-adam": Variant(optimizer="dense"),
-    "fixed-negatives": Variant(negative_gradients=False),
-    "fixed-negatives-dense": Variant(negative_gradients=False, optimizer="dense"),
     "remembered-candidates": Variant(remembered=True),
 }
 
@@ -275,7 +272,6 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
         mining_dtype=variant.dtype,
         mining_screen=variant.screen,
         device=torch.device("cpu"),
-        negative_gradients=variant.negative_gradients,
     )
     miner = None
     if variant.remembered:
@@ -308,11 +304,9 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
         assert losses[step] == pytest.approx(expected, rel=1e-5), f"loss of mini-batch {step}"
         if variant.optimizer == "dense" and step > 0:
             continue  # dense Adam's momentum moves the rows of earlier steps too
-        # the step moved the rows of its pairs and of their negatives, and only those (only
-        # the pairs' where the negatives carry no gradient)
+        # the step moved the rows of its pairs and of their negatives, and only those
         used = {case.pieces[name] for pair in pairs for name in pair}
-        if variant.negative_gradients:
-            used |= {case.pieces[negatives[name]] for pair in pairs for name in pair}
+        used |= {case.pieces[negatives[name]] for pair in pairs for name in pair}
         assert changed_rows(weights[step], weights[step + 1]) == used, f"rows of step {step}"
 
 
