@@ -36,11 +36,9 @@ import time
 from pathlib import Path
 
 import _common
-import numpy as np
 import train_speed
 
 log = _common.log
-STS_YEARS = ("2012", "2013", "2014")
 SETTINGS = {
     "mb1": dict(max_megabatch=1),
     "mb100": dict(max_megabatch=100),
@@ -71,22 +69,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def scores(model, eval_dir: Path) -> dict:
-    from psp_core.evaluation import StsEvaluator
-    from psp_core.evaluation.tatoeba import evaluate_tatoeba, tatoeba_languages
+    """``matryoshka_compare.py``'s scores (STS 2012-2014, STS 2017 en-en, Tatoeba's mean error)
+    and STS-B dev."""
+    from matryoshka_compare import scores as shared_scores
 
-    years = {
-        year: [StsEvaluator(f) for f in sorted((eval_dir / "sts" / year).glob("*.tsv"))]
-        for year in STS_YEARS
-    }
-    year_means = [np.mean([evaluate(model) for evaluate in years[y]]) for y in STS_YEARS]
-    tatoeba = evaluate_tatoeba(
-        model, eval_dir, [], languages=tatoeba_languages(eval_dir / "tatoeba")
-    )
+    from psp_core.evaluation import StsEvaluator
+
     return {
-        "sts12_14": round(float(np.mean(year_means)), 2),
-        "sts17_en_en": round(StsEvaluator(eval_dir / "sts17" / "en-en.tsv")(model), 2),
+        **shared_scores(model, eval_dir),
         "stsb_dev": round(StsEvaluator(eval_dir / "stsb" / "dev.tsv")(model), 2),
-        "tatoeba_error": round(float(np.mean([s.cosine_mean for s in tatoeba.values()])), 2),
     }
 
 
