@@ -4,8 +4,9 @@ anchor remembered, and in later epochs takes its negatives from them while a sam
 anchors mined exactly agrees (:mod:`psp_core.candidate_mining`).
 
 The lists live in ``candidates.npy`` in the checkpoint directory, one row per pair position of
-the epoch (a memory map: memory holds one mega-batch's lists; 2 x k int16 per pair). Which mega-batches have lists,
-and from which epoch, is part of the checkpoint's state (``TrainingState.candidate_slots``).
+the epoch (a memory map: memory holds one mega-batch's lists; 2 x k int16 per pair). Which
+mega-batches have lists, and from which epoch, is part of the checkpoint's state
+(``TrainingState.candidate_slots``).
 Rows are written only by exact mining, which a resumed run repeats with the same parameters, so
 lists written after the last checkpoint by a killed run are the ones the resumed run would
 write; a missing or damaged file is started again (those mega-batches are mined exactly).
