@@ -33,7 +33,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from psp_core.mining import NEGATIVE_SOURCES, Negatives, _Exclusions, equal_hash_positions
+from psp_core.mining import (
+    NEGATIVE_SOURCES,
+    Negatives,
+    _Exclusions,
+    equal_hash_positions,
+    hiding_exclusions,
+)
 
 #: a remembered candidate agrees when its score is within this of the exact hardest negative's
 WITHIN = 0.01
@@ -96,15 +102,9 @@ class _RunningTop:
 def _scan_top(view, anchor_start, candidate_start, exclusions, top: _RunningTop) -> None:
     """Fold one block (rows: anchors from ``anchor_start``; columns: candidates from
     ``candidate_start``; possibly a transposed view) into ``top``, hiding excluded positions."""
-    n_anchors, n_candidates = view.shape
-    anchor, candidate = exclusions.between(anchor_start, anchor_start + n_anchors)
-    inside = (candidate >= candidate_start) & (candidate < candidate_start + n_candidates)
-    index = (anchor[inside] - anchor_start, candidate[inside] - candidate_start)
-    saved = view[index]
-    view[index] = float("-inf")
-    value, chosen = view.topk(min(top.k, n_candidates), dim=1)
+    with hiding_exclusions(view, anchor_start, candidate_start, exclusions):
+        value, chosen = view.topk(min(top.k, view.shape[1]), dim=1)
     top.merge(anchor_start, value, chosen + candidate_start)
-    view[index] = saved
 
 
 def top_candidates(

@@ -25,6 +25,8 @@ pairs at dim 1024 on 2 cores, 0.80 s of it the product; float32 products take 2.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -276,19 +278,33 @@ def _scan(
     ``anchor_start``, columns candidates from ``candidate_start`` (``view`` may be a transposed
     block). Excluded positions are hidden as -inf and restored afterwards, so the same block can
     be scanned again by columns."""
+    with hiding_exclusions(view, anchor_start, candidate_start, exclusions):
+        if screen is None:
+            value, chosen = view.max(dim=1)
+            best.merge(anchor_start, value, chosen + candidate_start)
+        else:  # the screen finds the candidates itself: only the best values are needed
+            n_anchors = view.shape[0]
+            best.raise_to(anchor_start, _row_maxima(view))
+            screen.mark(view, anchor_start, candidate_start, best.value[anchor_start:][:n_anchors])
+
+
+@contextmanager
+def hiding_exclusions(
+    view: torch.Tensor, anchor_start: int, candidate_start: int, exclusions: _Exclusions
+) -> Iterator[None]:
+    """Inside the block, ``view``'s excluded positions (rows: anchors from ``anchor_start``,
+    columns: candidates from ``candidate_start``) read -inf; their values come back after, so
+    the same block can be scanned again by columns."""
     n_anchors, n_candidates = view.shape
     anchor, candidate = exclusions.between(anchor_start, anchor_start + n_anchors)
     inside = (candidate >= candidate_start) & (candidate < candidate_start + n_candidates)
     index = (anchor[inside] - anchor_start, candidate[inside] - candidate_start)
     saved = view[index]
     view[index] = float("-inf")
-    if screen is None:
-        value, chosen = view.max(dim=1)
-        best.merge(anchor_start, value, chosen + candidate_start)
-    else:  # the screen finds the candidates itself: only the best values are needed
-        best.raise_to(anchor_start, _row_maxima(view))
-        screen.mark(view, anchor_start, candidate_start, best.value[anchor_start:][:n_anchors])
-    view[index] = saved
+    try:
+        yield
+    finally:
+        view[index] = saved
 
 
 def _hardest_bitext(source, target, source_hash, target_hash, chunk_rows, screen):
