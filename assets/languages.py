@@ -28,7 +28,7 @@ from ops.filters import FilterConfig
 from ops.langid import DEFAULT_OTHER_P, DEFAULT_OWN_P, DEFAULT_THRESHOLD, LanguageRule
 from ops.opus import OpusCorpus, corpora_from_config
 from ops.sentencepiece_model import CHARACTER_COVERAGE, INPUT_SENTENCE_SIZE, VOCAB_SIZE
-from psp_core.tokenizer import PRETOKENIZERS
+from psp_core.tokenization.tokenizer import PRETOKENIZERS
 from psp_core.training import TrainConfig
 
 DEFAULT_REGISTRY = Path(__file__).with_name("languages.toml")

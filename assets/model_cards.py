@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from assets.stage import Manifest, Stage, StageInputMissing
-from psp_core.bundle import read_config
-from psp_core.model_card import CardFacts, model_card, retarget_card, write_card
+from psp_core.models.bundle import read_config
+from psp_core.models.model_card import CardFacts, model_card, retarget_card, write_card
 
 #: the stages whose reports make the data funnel, in pipeline order
 FUNNEL_STAGES = (
@@ -90,7 +90,7 @@ def _exported_fingerprint(directory: Path) -> str | None:
 def write_exports(model_manifest: Manifest, formats: Sequence[str]) -> dict[str, Path]:
     """Each of ``formats`` exported under ``{model stage}/exports/{format}/``, unless an export
     of this very model (its stage fingerprint) is there already."""
-    from psp_core.export import export_model
+    from psp_core.models.export import export_model
 
     bundle = model_manifest.output("bundle")
     written = {}

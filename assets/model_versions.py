@@ -1,5 +1,5 @@
 """A language's model versions in the pipeline: the registry under its ``psp_model`` folder
-(:mod:`psp_core.registry`), the promotion gate run after each training, and the promoted model
+(:mod:`psp_core.models.registry`), the promotion gate run after each training, and the promoted model
 every later stage reads (evaluation, exports, the scoreboard)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from assets.languages import MULTI, PromotionSettings, load_registry
 from assets.resources import StorageResource
 from assets.stage import Manifest, StageInputMissing, read_manifest
 from psp_core.evaluation.dev_suite import dev_scores
-from psp_core.promotion import GateDecision, decide
-from psp_core.registry import ModelRegistry, Version
+from psp_core.models.promotion import GateDecision, decide
+from psp_core.models.registry import ModelRegistry, Version
 
 MODEL_STAGE = "psp_model"
 

@@ -23,7 +23,7 @@ from dagster import (
     asset,
 )
 
-from assets import deduplicated, model, training_data
+from assets import deduplicated_pairs, psp_model, training_data
 from assets.catalog import MULTI_GROUP, OWNERS
 from assets.config import (
     EvaluationConfig,
@@ -34,24 +34,24 @@ from assets.config import (
     op_config,
     plain_schema,
 )
-from assets.evaluation import build_evaluation
 from assets.languages import MULTI, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata
-from assets.model import build_model
+from assets.model_evaluation import build_evaluation
 from assets.profiles import ProfileResource
+from assets.psp_model import build_model
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
+from assets.sentencepiece_model import build_sentencepiece
 from assets.stage import Stage, fingerprint, read_manifest
 from assets.training_data import build_training_data
-from assets.vocabulary import build_sentencepiece
 from ops.multi_pairs import LanguagePairs, sample_languages
 from psp_core.evaluation import plan_for_languages
-from psp_core.tokenizer import make_pretokenizer
+from psp_core.tokenization.tokenizer import make_pretokenizer
 
 CODE_VERSION = "1"
 #: seeds the temperature sample
 SAMPLING_SEED = 1234
-PAIRS_CHECK = deduplicated.CHECK
+PAIRS_CHECK = deduplicated_pairs.CHECK
 
 
 def language_inputs(storage: StorageResource) -> tuple[list[LanguagePairs], dict[str, str]]:
@@ -255,20 +255,20 @@ def multi_training_data(
     kinds={"pytorch"},
     check_specs=[
         AssetCheckSpec(
-            model.VOCAB_CHECK,
+            psp_model.VOCAB_CHECK,
             asset="multi_psp_model",
             blocking=True,
             description="The bundle's embedding table has one row per piece of the shared "
             "vocabulary. Blocking: otherwise ids would index the wrong rows.",
         ),
         AssetCheckSpec(
-            model.FINITE_CHECK,
+            psp_model.FINITE_CHECK,
             asset="multi_psp_model",
             blocking=True,
             description="Every weight is finite. Blocking: a NaN row makes every sentence with "
             "that piece NaN.",
         ),
-        model.promoted_check_spec("multi_psp_model"),
+        psp_model.promoted_check_spec("multi_psp_model"),
     ],
 )
 def multi_psp_model(

@@ -39,7 +39,7 @@ from assets.stage import Stage, fingerprint
 from ops.local_bitext import import_local_bitext
 from ops.pair_concat import concat_pair_files
 from ops.pair_files import pair_file_info
-from ops.transient import is_transient
+from ops.transient_errors import is_transient
 
 CODE_VERSION = "1"
 PARANMT_SUFFIXES = (".txt", ".txt.gz", ".tsv", ".tsv.gz", ".zip")
@@ -59,7 +59,7 @@ def _retry_delay() -> float:
     return delay
 
 
-#: Downloads fail for reasons that pass (a mirror's bad minute); psp_core.download already retries
+#: Downloads fail for reasons that pass (a mirror's bad minute); psp_core.files.download already retries
 #: each request, this retries the whole stage a few times with growing pauses (about 1, 3 and 7
 #: times the delay). Only transient failures reach it: see :func:`fail_at_once_unless_transient`.
 DOWNLOAD_RETRY_POLICY = RetryPolicy(
@@ -69,7 +69,7 @@ DOWNLOAD_RETRY_POLICY = RetryPolicy(
 
 @contextmanager
 def fail_at_once_unless_transient() -> Iterator[None]:
-    """Let network failures (:func:`ops.transient.is_transient`) reach the retry policy; turn
+    """Let network failures (:func:`ops.transient_errors.is_transient`) reach the retry policy; turn
     every other error (a 404, a corpus or language missing, bad config, a corrupt zip) into a
     ``Failure`` that is not retried, with the error's message."""
     try:

@@ -25,7 +25,7 @@ from ops.langid import LanguageIdentifier
 from ops.opus import OPUS_API, OpusCorpus, OpusError, fetch_opus_bitext
 from ops.paranmt import PARANMT_URL, fetch_paranmt
 from ops.stage_report import StageReport
-from psp_core.download import retrying_session
+from psp_core.files.download import retrying_session
 
 log = logging.getLogger(__name__)
 

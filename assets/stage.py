@@ -7,7 +7,7 @@ stage's record (counts, drops, timings). A later materialization whose fingerpri
 manifest whose outputs still exist returns the recorded metadata without redoing the work; the
 fingerprint is also the asset's Dagster data version. Downstream stages find their inputs
 through the upstream manifest, never by guessing file names or modification times. A stage
-starts by removing the temporary files a killed run of it left behind (:mod:`psp_core.stale_temps`).
+starts by removing the temporary files a killed run of it left behind (:mod:`psp_core.files.stale_temps`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 from assets.log_bridge import to_current_step
 from assets.resources import StorageResource
-from ops.memory import release_free_memory
-from psp_core.file_lock import exclusive_lock
-from psp_core.stale_temps import remove_stale_temps
+from ops.heap_release import release_free_memory
+from psp_core.files.file_lock import exclusive_lock
+from psp_core.files.stale_temps import remove_stale_temps
 
 MANIFEST = "manifest.json"
 #: The lock file runs of a stage take turns on (removed by its holder when done).

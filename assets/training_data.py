@@ -26,7 +26,7 @@ from assets.partitions import language_partitions
 from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.encoding import encode_and_pack, packing_tokenizer
-from ops.memory import release_free_memory
+from ops.heap_release import release_free_memory
 from ops.shuffle import shuffled_batches
 from ops.stage_report import StageReport
 

@@ -87,7 +87,7 @@ def machine_info() -> dict:
     import sentencepiece
     import torch
 
-    from psp_core.mining import fast_bfloat16_available
+    from psp_core.training.negative_mining import fast_bfloat16_available
 
     # the first processor's fields: the name alone ("AMD EPYC") does not tell a VM's hosts
     # apart (a Zen 3 host has no AVX-512 and no fast bfloat16, a Zen 4 host has both)
@@ -118,7 +118,7 @@ def machine_info() -> dict:
         "cpu_family_model": f"{cpu.get('cpu family', '?')}/{cpu.get('model', '?')}",
         "avx512f": "avx512f" in flags,
         "avx512_bf16": "avx512_bf16" in flags,
-        # whether mining screens with bfloat16 products here (psp_core.mining)
+        # whether mining screens with bfloat16 products here (psp_core.training.negative_mining)
         "fast_bfloat16": fast_bfloat16_available(torch.device("cpu")),
         "torch": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
@@ -232,7 +232,7 @@ def spm_model(
     if path.is_file():
         info["cached"] = True
     else:
-        from psp_core.tokenizer import make_pretokenizer
+        from psp_core.tokenization.tokenizer import make_pretokenizer
 
         english, other = read_bitext(data_dir, lang, max_pairs)
         segment = make_pretokenizer(pretokenizer) or (lambda text: text)

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from safetensors.numpy import load_file
 
-    from psp_core.bundle import (
+    from psp_core.models.bundle import (
         CONFIG_FILE,
         EMBEDDINGS_FILE,
         BundleConfig,
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads((old / CONFIG_FILE).read_text())
         del data["files"]
         (old / CONFIG_FILE).write_text(json.dumps(data))
-        logging.getLogger("psp_core.bundle").setLevel(logging.WARNING)  # old bundle's notice
+        logging.getLogger("psp_core.models.bundle").setLevel(logging.WARNING)  # old bundle's notice
         load = interleaved(
             {
                 "verified": lambda: load_bundle(bundle),

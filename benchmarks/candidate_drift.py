@@ -45,8 +45,8 @@ def main(argv=None) -> None:
         return
     import torch
 
-    from psp_core.mining import equal_hash_positions, mine_hard_negatives
     from psp_core.training.data import EpochStream
+    from psp_core.training.negative_mining import equal_hash_positions, mine_hard_negatives
     from psp_core.training.steps import _hashes, encode, train_megabatch
 
     data, model, optimizer, settings = train_profile.setup(args)

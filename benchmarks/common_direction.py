@@ -30,8 +30,8 @@ import _common  # noqa: E402
 
 from psp_core import load_model  # noqa: E402
 from psp_core.evaluation.dev_suite import dev_mean  # noqa: E402
-from psp_core.model import PSPModel  # noqa: E402
-from psp_core.training_file import TrainingFile  # noqa: E402
+from psp_core.inference.model import PSPModel  # noqa: E402
+from psp_core.training.training_file import TrainingFile  # noqa: E402
 
 
 def sample_vectors(model: PSPModel, data: Path, rows: int, group: int | None = None):

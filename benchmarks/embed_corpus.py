@@ -15,13 +15,13 @@ round by round (``--rounds``, median reported):
 * ``default``: ``load_model(path)`` as shipped;
 * ``word_sums_off``: ``load_model(path, word_vector_bytes=0)``;
 * ``cache_off``: ``load_model(path, word_cache_size=0)`` (sentencepiece per sentence);
-* ``model2vec`` / ``sentence_transformers``: the same bundle exported (``psp_core.export``) and
+* ``model2vec`` / ``sentence_transformers``: the same bundle exported (``psp_core.models.export``) and
   run by those libraries (``StaticModel.encode``, ``SentenceTransformer.encode``), when they are
   installed, on 1 thread like the paths above: their tokenizer's own thread pool off
   (``TOKENIZERS_PARALLELISM=false``, ``RAYON_NUM_THREADS=1``) and model2vec's multiprocessing
   off (``use_multiprocessing=False``; it is on by default from 10,000 sentences);
 * ``default_all_cores``: ``load_model(path, workers=N)`` (N processes, each on 1 thread:
-  :mod:`psp_core.embed_workers`), N the cores this process may use;
+  :mod:`psp_core.inference.multiprocess_embed`), N the cores this process may use;
 * ``threads_all_cores``: ``load_model(path, num_threads=N)`` with ``torch.set_num_threads(N)``
   (one process, N threads), for comparison;
 * ``model2vec_all_cores``: model2vec as it runs by default (its multiprocessing and its
@@ -92,7 +92,7 @@ def build_bundle(data_dir: Path, results_dir: Path, vocab_size: int, dim: int) -
     import numpy as np
     import sentencepiece as spm
 
-    from psp_core.bundle import BundleConfig, is_bundle_directory, save_bundle
+    from psp_core.models.bundle import BundleConfig, is_bundle_directory, save_bundle
 
     path = results_dir / f"bundle-en-de-v{vocab_size}-d{dim}"
     if is_bundle_directory(path):
@@ -108,7 +108,7 @@ def build_bundle(data_dir: Path, results_dir: Path, vocab_size: int, dim: int) -
 
 
 def exports(bundle: Path, results_dir: Path) -> dict[str, Path]:
-    from psp_core.export import export_model, is_export_directory
+    from psp_core.models.export import export_model, is_export_directory
 
     made = {}
     for path, format, module in [

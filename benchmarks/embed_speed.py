@@ -91,7 +91,7 @@ def timed(function, repeats: int, items: int) -> tuple[dict, object]:
 
 def warm_up(model, sentences: list[str], batch_size: int, most: int = 5) -> int:
     """Embed ``sentences`` again until the word cache takes every block and has learned their
-    words (psp_core/cache_policy.py: a new model probes, then fills; 2 more passes here): the
+    words (psp_core/tokenization/word_cache_policy.py: a new model probes, then fills; 2 more passes here): the
     repeated workload this script times. Returns the passes made."""
     policy, passes = model.tokenizer.cache_policy, 0
     while passes < most and not (policy.use_cache and policy.hold == 0):
@@ -229,7 +229,7 @@ def measure(
     warmup_passes = 1 + warm_up(model, sentences, bs)
     # the same call without the words' sums (the cached ids, averaged piece by piece), and
     # with every sentence through sentencepiece (no word cache): the baselines of
-    # psp_core/word_vectors.py and psp_core/word_pieces.py; on 1 thread the reference-style path
+    # psp_core/inference/word_vectors.py and psp_core/tokenization/word_piece_cache.py; on 1 thread the reference-style path
     # too. They take turns round by round, so that the ratios compare like with like.
     ids_only = PSPModel(tokenizer, table, config, word_vector_bytes=0)
     ids_only.embed(sentences, batch_size=bs)

@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 from ops.packing import pack_pairs  # noqa: E402
 from psp_core import Tokenizer, TrainConfig, load_model, train  # noqa: E402
-from psp_core.export import export_model  # noqa: E402
+from psp_core.models.export import export_model  # noqa: E402
 
 THRESHOLD = 0.9999
 

@@ -30,10 +30,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from psp_core.encoder import MeanEmbeddingEncoder
-from psp_core.tokenizer import flatten_id_lists
+from psp_core.tokenization.tokenizer import flatten_id_lists
 from psp_core.training.config import TrainConfig
 from psp_core.training.data import PairBatch
+from psp_core.training.encoder import MeanEmbeddingEncoder
 from psp_core.training.optim import build_optimizer
 from psp_core.training.steps import StepSettings, train_megabatch
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 import _common  # noqa: E402
 
 from psp_core import load_model  # noqa: E402
-from psp_core.mining import mine_hard_negatives, sentence_hashes  # noqa: E402
-from psp_core.training_file import TrainingFile  # noqa: E402
+from psp_core.training.negative_mining import mine_hard_negatives, sentence_hashes  # noqa: E402
+from psp_core.training.training_file import TrainingFile  # noqa: E402
 
 
 def kmeans(vectors: torch.Tensor, clusters: int, rounds: int = 5, seed: int = 0):

@@ -48,7 +48,7 @@ def prefix_screen(source, target, source_hash, target_hash, dim: int, top: int, 
     candidates, re-scored in float32 on the whole (unit) vectors."""
     import torch
 
-    from psp_core.mining import _Exclusions, equal_hash_positions
+    from psp_core.training.negative_mining import _Exclusions, equal_hash_positions
 
     device = source.device
     s_hash, t_hash = source_hash.cpu().numpy(), target_hash.cpu().numpy()
@@ -76,8 +76,8 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from psp_core.mining import mine_hard_negatives
     from psp_core.training.data import EpochStream
+    from psp_core.training.negative_mining import mine_hard_negatives
     from psp_core.training.steps import _hashes, encode, train_megabatch
 
     args = parse_args(argv)

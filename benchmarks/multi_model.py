@@ -79,7 +79,7 @@ def dev_of(root: Path, code: str) -> dict:
     STS 2017 en-en, STS-B dev, and each language's held-back pairs, which share no sentence
     with training), and ``dev_mean``: the mean of the two STS scores and of the languages'
     mean held-back accuracy (the rule issue 29 part 4 decides the multilingual defaults by)."""
-    from psp_core.registry import ModelRegistry
+    from psp_core.models.registry import ModelRegistry
 
     versions = ModelRegistry(root / code / "psp_model").versions()
     if not versions:

@@ -85,8 +85,8 @@ def speed(sentences: list[str], vocab_size: int, repeats: int, work: Path) -> di
 
     from ops.sentencepiece_model import train_sentencepiece
     from psp_core import PSPModel, Tokenizer
-    from psp_core.bundle import BundleConfig
-    from psp_core.tokenizer import make_pretokenizer
+    from psp_core.models.bundle import BundleConfig
+    from psp_core.tokenization.tokenizer import make_pretokenizer
 
     torch.set_num_threads(1)
     results = {}

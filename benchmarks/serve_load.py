@@ -43,8 +43,8 @@ def registry_of_two(bundle: Path, results: Path) -> tuple[Path, list[str]]:
     """A registry folder whose two versions are the bundle and its negation."""
     import numpy as np
 
-    from psp_core.bundle import load_bundle, save_bundle
-    from psp_core.registry import ModelRegistry
+    from psp_core.models.bundle import load_bundle, save_bundle
+    from psp_core.models.registry import ModelRegistry
 
     root = results / "serve-storage"
     registry = ModelRegistry(root / "de" / "psp_model")
@@ -234,7 +234,7 @@ def _while_swapping(port, storage, versions, sentences, seconds) -> dict:
     """Each cell twice: one promotion in the middle of the cell (a retrain promoted while the
     server is busy), and a promotion every second (a stress: each swap loads the other version,
     80 MB, beside the served one, on the same 2 cores)."""
-    from psp_core.registry import ModelRegistry
+    from psp_core.models.registry import ModelRegistry
 
     registry = ModelRegistry(storage / "de" / "psp_model")
     swaps = []

@@ -48,7 +48,7 @@ def setup(args):
     import torch
 
     from psp_core import TrainConfig, TrainingFile
-    from psp_core.encoder import MeanEmbeddingEncoder
+    from psp_core.training.encoder import MeanEmbeddingEncoder
     from psp_core.training.optim import build_optimizer
     from psp_core.training.steps import StepSettings
 
@@ -114,8 +114,8 @@ def mining_split(args, data, model, settings) -> dict:
     """One 12,800-pair mega-batch of the trained model: the ways to mine it, timed."""
     import torch
 
-    from psp_core.mining import fast_bfloat16_available, mine_hard_negatives
     from psp_core.training.data import EpochStream
+    from psp_core.training.negative_mining import fast_bfloat16_available, mine_hard_negatives
     from psp_core.training.steps import _hashes, encode
 
     mega = EpochStream(data, seed=args.seed + 1, epoch=0, block_size=100_000).take(12_800)

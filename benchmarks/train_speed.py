@@ -326,7 +326,7 @@ def rss_child(args: argparse.Namespace) -> int:
     import torch
 
     from psp_core import TrainConfig, train
-    from psp_core.training_file import TrainingFile
+    from psp_core.training.training_file import TrainingFile
 
     with TrainingFile(args.data_file) as data:
         n_pairs = len(data)

@@ -38,9 +38,9 @@ from ops.ordered_pool import ordered_map
 from ops.pair_files import iter_pair_batches, pair_columns, pair_file_info
 from ops.progress import Progress
 from ops.stage_report import StageReport
-from psp_core.csr import TokenBatch
-from psp_core.tokenizer import Tokenizer
-from psp_core.training_file import TrainingFileWriter
+from psp_core.tokenization.csr import TokenBatch
+from psp_core.tokenization.tokenizer import Tokenizer
+from psp_core.training.training_file import TrainingFileWriter
 
 log = logging.getLogger(__name__)
 

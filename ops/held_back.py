@@ -8,7 +8,7 @@ decided on it, so it must be data the model never saw: a pair whose English or o
 training too (``shares_a_held_back_sentence``), not only the held-back pair itself.
 
 Three streaming passes over the input: the ``k`` smallest seeded pair keys (the same keys as the
-corpus caps, :mod:`ops.caps`: a sample independent of the file's order), the held-back pairs
+corpus caps, :mod:`ops.corpus_caps`: a sample independent of the file's order), the held-back pairs
 written out with their rows and sentences collected (``k`` at most 2,000: a few hundred kB),
 then the training pairs written without them (the pairs are hashed in the first two passes
 only).
@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.caps import SmallestKeys, below_cut, sample_keys
+from ops.corpus_caps import SmallestKeys, below_cut, sample_keys
 from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
 from ops.stage_report import StageReport
 

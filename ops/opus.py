@@ -9,7 +9,7 @@ For each corpus, :func:`fetch_opus_bitext` asks
 ``{api_base}?source=..&target=..&corpus=..&version=..&preprocessing=moses`` for the zip URL
 (unless the zip is already in the cache, when it makes no request at all), downloads it into
 ``cache_dir/opus/{corpus}/{version}/{l1}-{l2}.txt.zip`` (resumable, retried, zip-checked; see
-:mod:`psp_core.download`) and streams its pairs into one pair file, English side first.
+:mod:`psp_core.files.download`) and streams its pairs into one pair file, English side first.
 ``download_base`` rewrites the zip URL's scheme and host (and prepends its path), for mirrors,
 air-gapped sites and tests.
 """
@@ -29,7 +29,7 @@ import requests
 from ops.moses_zip import read_moses_zip_batches
 from ops.pair_files import PairWriter
 from ops.stage_report import StageReport
-from psp_core.download import DownloadError, cached_file, download, retrying_session
+from psp_core.files.download import DownloadError, cached_file, download, retrying_session
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ OPUS_LANGUAGE_CODES: dict[str, dict[str, str]] = {
 class OpusError(RuntimeError):
     """An OPUS corpus could not be resolved or downloaded.
 
-    Raised ``from`` the failed request or :class:`~psp_core.download.DownloadError` when there is
-    one, which tells whether a retry may help (:func:`ops.transient.is_transient`).
+    Raised ``from`` the failed request or :class:`~psp_core.files.download.DownloadError` when there is
+    one, which tells whether a retry may help (:func:`ops.transient_errors.is_transient`).
     """
 
 
@@ -238,7 +238,7 @@ def fetch_opus_bitext(
     The pair file has ``src`` = English always and ``tgt_lang`` = ``lang`` (the partition code,
     ``zh`` even where OPUS says ``zh_cn``), and a ``corpus`` column naming each pair's corpus.
     Corpora are concatenated in the given order, whole: a corpus's cap is applied after the
-    filters, as a seeded sample of the pairs that pass them (:func:`ops.caps.cap_corpora`),
+    filters, as a seeded sample of the pairs that pass them (:func:`ops.corpus_caps.cap_corpora`),
     never to the first lines of the file. The report counts every line pair read; drops are
     ``empty`` and ``undecodable``; per-corpus reports are in ``report.corpora``.
 

@@ -7,7 +7,7 @@ from itertools import islice
 from pathlib import Path
 
 from ops.encoding import training_file_writer
-from psp_core.tokenizer import Tokenizer
+from psp_core.tokenization.tokenizer import Tokenizer
 
 
 def pack_pairs(

@@ -2,7 +2,7 @@
 
 The corpus ships as ``para-nmt-50m.zip`` holding ``para-nmt-50m.txt`` (sometimes under a
 ``para-nmt-50m/`` folder). :func:`fetch_paranmt` takes a URL (downloaded once into the cache, see
-:mod:`psp_core.download`) or a local path to the zip, a ``.txt`` or a ``.txt.gz``, and streams the
+:mod:`psp_core.files.download`) or a local path to the zip, a ``.txt`` or a ``.txt.gz``, and streams the
 lines into a pair file with a score column; the text member is read straight from the zip, never
 extracted. Malformed lines (not three fields, a score that is not a finite number), undecodable
 lines and pairs with an empty side are counted skips.
@@ -27,7 +27,7 @@ import requests
 from ops.moses_zip import check_member_names
 from ops.pair_files import PairWriter
 from ops.stage_report import StageReport
-from psp_core.download import download
+from psp_core.files.download import download
 
 log = logging.getLogger(__name__)
 

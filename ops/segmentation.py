@@ -1,6 +1,6 @@
 """Chinese word segmentation (jieba or rjieba) of both sides of a pair file.
 
-The segmenter is ``psp_core.tokenizer.make_pretokenizer(name)``, the very function the
+The segmenter is ``psp_core.tokenization.tokenizer.make_pretokenizer(name)``, the very function the
 model's tokenizer applies at inference, so the text sentencepiece is trained on is the text it
 will see. Both sides go through it (the model sees English through the same pre-tokenizer).
 jieba builds its prefix dictionary once and caches it in ``cache_dir``; it is pure Python
@@ -19,7 +19,7 @@ import pyarrow as pa
 from ops.ordered_pool import ordered_map
 from ops.pair_files import PairWriter, iter_pair_batches, pair_columns, pair_file_info
 from ops.stage_report import StageReport
-from psp_core.tokenizer import make_pretokenizer
+from psp_core.tokenization.tokenizer import make_pretokenizer
 
 DEFAULT_BATCH = 8_192
 CACHE_FILE = "jieba.cache"

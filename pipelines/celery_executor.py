@@ -7,11 +7,11 @@ the ``cluster`` extra; workers: ``celery -A pipelines.celery_worker worker``, se
 execution: priorities (the run's and the step's), the queue tag, the priority warning,
 interrupts, instance concurrency pools. It takes the function that submits a step
 (``step_execution_fn``); ours submits it as dagster-celery does (``_submit_task``) and hands the
-loop a :class:`~pipelines.step_watch.WatchedStep` instead of Celery's result, so that:
+loop a :class:`~pipelines.celery_step_monitor.WatchedStep` instead of Celery's result, so that:
 
 * a step whose task stops renewing its lease (its worker died, was paused or cut off), whose
   worker dropped it between accepting and starting it, or whose pool process died is lost: it is
-  fenced (a copy still alive stops itself before the retry starts, :mod:`pipelines.step_lease`)
+  fenced (a copy still alive stops itself before the retry starts, :mod:`pipelines.celery_step_heartbeat`)
   and fails through Dagster's retry machinery: the op's own ``RetryPolicy``, or else
   ``lost_worker_retries`` retries (default 2), so it runs again on whichever worker is free;
 * a stopped run ends, with its steps terminated on their workers, within ``stop_wait_seconds``
@@ -30,7 +30,7 @@ from dagster._core.execution.retries import RetryMode, get_retries_config
 from dagster_celery.executor import CeleryExecutor, _submit_task
 
 from pipelines import celery_settings
-from pipelines.step_watch import StepWatch, WatchedStep, lost_step_event
+from pipelines.celery_step_monitor import StepWatch, WatchedStep, lost_step_event
 
 CONFIG_SCHEMA = {
     "broker": Field(

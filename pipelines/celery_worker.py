@@ -8,8 +8,8 @@ environment (``PSP_STORAGE_ROOT`` on a filesystem every worker shares, ``PSP_LAN
 Start each with ``--concurrency 1`` per core it may use (a step already uses
 ``ComputeResource.threads`` cores) and a name of its own (``-n worker-1@%h``).
 
-The step task holds a lease while it runs (:class:`pipelines.step_lease.LeasedTask`), and the
-worker records each step it receives (:func:`pipelines.step_lease.record_received`): how the
+The step task holds a lease while it runs (:class:`pipelines.celery_step_heartbeat.LeasedTask`), and the
+worker records each step it receives (:func:`pipelines.celery_step_heartbeat.record_received`): how the
 executor tells a live step from a lost one, whatever happened to the worker.
 """
 
@@ -25,7 +25,7 @@ from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_task
 
 from pipelines import celery_settings
-from pipelines.step_lease import LeasedTask, record_received
+from pipelines.celery_step_heartbeat import LeasedTask, record_received
 
 app = make_app(
     CeleryExecutor.for_cli(

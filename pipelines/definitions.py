@@ -19,16 +19,16 @@ from dagster import (
 )
 
 from assets import (
-    deduplicated,
-    evaluation,
-    filtered,
-    langid,
-    model,
+    deduplicated_pairs,
+    evaluation_scoreboard,
+    langid_filtered_pairs,
+    length_filtered_pairs,
+    model_evaluation,
     multi,
+    psp_model,
     raw_pairs,
-    scoreboard,
+    sentencepiece_model,
     training_data,
-    vocabulary,
 )
 from assets.resources import default_resources
 from pipelines.dead_run_sensor import dead_run_sensor
@@ -40,15 +40,15 @@ from pipelines.sensors import new_bitext_sensor
 #: Stage modules in pipeline order.
 ASSET_MODULES = [
     raw_pairs,
-    langid,
-    filtered,
-    deduplicated,
-    vocabulary,
+    langid_filtered_pairs,
+    length_filtered_pairs,
+    deduplicated_pairs,
+    sentencepiece_model,
     training_data,
-    model,
-    evaluation,
+    psp_model,
+    model_evaluation,
     multi,
-    scoreboard,
+    evaluation_scoreboard,
 ]
 
 #: evaluates the scoreboard's automation condition (running from the start: the scoreboard

@@ -8,7 +8,7 @@ The public surface::
     vectors = model.embed(["Hallo Welt", "hello world"], normalize=True)
     similarities = model.score([("a cat sits", "a cat is sitting")])
 
-The names below are imported on first use (PEP 562), so that ``import psp_core.tokenizer``
+The names below are imported on first use (PEP 562), so that ``import psp_core.tokenization.tokenizer``
 (what the preparation stages' worker processes need) does not pay for importing torch.
 """
 
@@ -19,32 +19,32 @@ from typing import TYPE_CHECKING
 from psp_core.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from psp_core.bundle import BundleConfig, BundleError
-    from psp_core.model import PSPModel, load_model
-    from psp_core.tokenizer import Tokenizer
+    from psp_core.inference.model import PSPModel, load_model
+    from psp_core.models.bundle import BundleConfig, BundleError
+    from psp_core.tokenization.tokenizer import Tokenizer
     from psp_core.training import (
         NonFiniteLossError,
         TrainConfig,
         TrainResult,
         train,
     )
-    from psp_core.training_file import (
+    from psp_core.training.training_file import (
         TrainingFile,
         TrainingFileWriter,
     )
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "BundleConfig": "psp_core.bundle",
-    "BundleError": "psp_core.bundle",
+    "BundleConfig": "psp_core.models.bundle",
+    "BundleError": "psp_core.models.bundle",
     "NonFiniteLossError": "psp_core.training",
-    "PSPModel": "psp_core.model",
-    "Tokenizer": "psp_core.tokenizer",
+    "PSPModel": "psp_core.inference.model",
+    "Tokenizer": "psp_core.tokenization.tokenizer",
     "TrainConfig": "psp_core.training",
     "TrainResult": "psp_core.training",
-    "TrainingFile": "psp_core.training_file",
-    "TrainingFileWriter": "psp_core.training_file",
-    "load_model": "psp_core.model",
+    "TrainingFile": "psp_core.training.training_file",
+    "TrainingFileWriter": "psp_core.training.training_file",
+    "load_model": "psp_core.inference.model",
     "train": "psp_core.training",
 }
 

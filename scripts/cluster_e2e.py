@@ -72,7 +72,7 @@ from cluster_runs import (  # noqa: E402
     wait_for_runs,
 )
 
-from pipelines import step_lease  # noqa: E402
+from pipelines import celery_step_heartbeat  # noqa: E402
 from tests.ops.opus_server import OpusServer, build_moses_zip  # noqa: E402
 from tests.pipelines.corpora import paranmt_zip, publish_de, write_eval_dir  # noqa: E402
 
@@ -283,7 +283,7 @@ def scenario(cluster: Cluster, args, summary: dict) -> None:
     check(after.status.value == "SUCCESS", f"the run after the restart: {after.status.value}")
 
     if args.faults:  # partial failures, each on a run of its own (scripts/cluster_faults.py)
-        lost_after = step_lease.lost_after(
+        lost_after = celery_step_heartbeat.lost_after(
             {
                 "beat_s": cluster.env["PSP_STEP_HEARTBEAT_SECONDS"],
                 "lease_s": cluster.env["PSP_STEP_LEASE_SECONDS"],

@@ -61,7 +61,9 @@ class FaultRuns:
         self.cluster = cluster
         self.job = job
         self.timeout = timeout
-        self.lost_after = lost_after  # a lost step's silence (pipelines.step_lease.lost_after)
+        self.lost_after = (
+            lost_after  # a lost step's silence (pipelines.celery_step_heartbeat.lost_after)
+        )
         self.root = cluster.work / "fault-storage"
         self.runs: list = []
 

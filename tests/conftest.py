@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from psp_core.bundle import BundleConfig
-from psp_core.model import PSPModel
-from psp_core.tokenizer import Tokenizer
-from psp_core.training_file import TrainingFileWriter
+from psp_core.inference.model import PSPModel
+from psp_core.models.bundle import BundleConfig
+from psp_core.tokenization.tokenizer import Tokenizer
+from psp_core.training.training_file import TrainingFileWriter
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

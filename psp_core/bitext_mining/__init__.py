@@ -7,7 +7,7 @@
     pairs = mine(model.embed(english), model.embed(german), mode="intersection", threshold=1.05)
     mine_files(model, "news.en", "news.de", "mined.tsv")   # score<TAB>en<TAB>de, best first
 
-Not to be confused with :mod:`psp_core.mining`, the hard-negative mining of training.
+Not to be confused with :mod:`psp_core.training.negative_mining`, the hard-negative mining of training.
 """
 
 from psp_core.bitext_mining.files import MiningReport, mine_files

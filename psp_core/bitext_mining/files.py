@@ -19,9 +19,9 @@ import numpy as np
 
 from psp_core.bitext_mining.margin import mine
 from psp_core.bitext_mining.search import DEFAULT_BLOCK_SIZE
-from psp_core.model import PSPModel
-from psp_core.output_dirs import work_directory_beside
-from psp_core.output_files import NpyWriter, replaced_when_done, write_error
+from psp_core.files.output_dirs import work_directory_beside
+from psp_core.files.output_files import NpyWriter, replaced_when_done, write_error
+from psp_core.inference.model import PSPModel
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def embed_to_memmap(model: PSPModel, lines: LineFile, path: Path, batch_size: in
     return it memory-mapped read-only.
 
     The file is written with plain writes after reserving its size (a memory map written on a
-    full disk dies of SIGBUS); a full disk is an :class:`~psp_core.output_files.OutputError`.
+    full disk dies of SIGBUS); a full disk is an :class:`~psp_core.files.output_files.OutputError`.
     """
     try:
         with open(path, "wb") as handle:

@@ -5,7 +5,7 @@ evaluation directory in the layout of ``shared/data/eval``.
 requests (HTTP 429/5xx, connection errors) through a ``urllib3`` ``Retry`` adapter, resumes an
 interrupted body with an HTTP ``Range`` request, checks the size (and a sha256 when one is
 given), and renames the file into place when complete. A file already in place is a cache hit.
-Downloads go through :mod:`psp_core.download` (resume, retry, length check, cache), the same
+Downloads go through :mod:`psp_core.files.download` (resume, retry, length check, cache), the same
 downloader the corpus sources in ``ops`` use.
 
 ``prepare_eval_data`` downloads the archives named in :data:`DEFAULT_EVAL_SOURCES` (or a table
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import requests
 
-from psp_core.download import DownloadError, download, retrying_session
 from psp_core.evaluation import archives
-from psp_core.stale_temps import remove_stale_temps
+from psp_core.files.download import DownloadError, download, retrying_session
+from psp_core.files.stale_temps import remove_stale_temps
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from psp_core.evaluation.sts import StsEvaluator
 from psp_core.evaluation.tatoeba import tatoeba_errors
 
 if TYPE_CHECKING:
-    from psp_core.model import PSPModel
+    from psp_core.inference.model import PSPModel
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from psp_core.evaluation.sts import evaluate_sts17, evaluate_sts_years, evaluate
 from psp_core.evaluation.tatoeba import evaluate_tatoeba
 
 if TYPE_CHECKING:
-    from psp_core.model import PSPModel
+    from psp_core.inference.model import PSPModel
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import numpy as np
 from psp_core.evaluation.sts import read_sts_file
 
 if TYPE_CHECKING:
-    from psp_core.model import PSPModel
+    from psp_core.inference.model import PSPModel
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from psp_core.model import PSPModel
+    from psp_core.inference.model import PSPModel
 
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The models a server answers with, each swapped for a newly promoted version while it runs.
 
-A served name maps to a folder: a language's model registry (:mod:`psp_core.registry`, whose
+A served name maps to a folder: a language's model registry (:mod:`psp_core.models.registry`, whose
 ``promoted`` link is followed) or a plain bundle. A watcher thread looks at each folder every
 ``interval`` seconds; when the promoted version changed it loads the new model beside the old
 one, then replaces the reference in one assignment. A request holds the model it started with
@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from psp_core.model import PSPModel, load_model
-from psp_core.registry import PROMOTED, ModelRegistry
+from psp_core.inference.model import PSPModel, load_model
+from psp_core.models.registry import PROMOTED, ModelRegistry
 
 log = logging.getLogger(__name__)
 

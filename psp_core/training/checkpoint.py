@@ -35,8 +35,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from psp_core.output_dirs import replace_directory
-from psp_core.output_files import check_output_directory, os_error_code
+from psp_core.files.output_dirs import replace_directory
+from psp_core.files.output_files import check_output_directory, os_error_code
 from psp_core.training.config import TrainConfig
 
 STATE_FILE = "state.json"
@@ -44,7 +44,7 @@ WEIGHTS_FILE = "weights.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 BEST_FILE = "best.safetensors"
 POINTER_FILE = "LATEST"
-#: remembered candidates (psp_core.training.remembered), beside the step directories
+#: remembered candidates (psp_core.training.candidate_memory), beside the step directories
 CANDIDATES_FILE = "candidates.npy"
 #: the fingerprint key of the training file's content (see ``trainer.train``)
 DATA_KEY = "data_sha256"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from psp_core.csr import TokenBatch
-from psp_core.training_file import TrainingFile
+from psp_core.tokenization.csr import TokenBatch
+from psp_core.training.training_file import TrainingFile
 
 
 @dataclass(frozen=True)

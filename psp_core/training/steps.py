@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from psp_core.csr import TokenBatch
-from psp_core.encoder import MeanEmbeddingEncoder
-from psp_core.loss import margin_loss, nested_margin_loss
-from psp_core.mining import Negatives, mine_hard_negatives, sentence_hashes
+from psp_core.tokenization.csr import TokenBatch
 from psp_core.training.config import TrainConfig
 from psp_core.training.data import PairBatch
 from psp_core.training.distributed import DistributedContext
+from psp_core.training.encoder import MeanEmbeddingEncoder
+from psp_core.training.loss import margin_loss, nested_margin_loss
+from psp_core.training.negative_mining import Negatives, mine_hard_negatives, sentence_hashes
 from psp_core.training.optim import clip_gradient_norm
 
 

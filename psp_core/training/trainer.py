@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
-from psp_core.bundle import BundleConfig, check_bundle_output, save_bundle
 from psp_core.devices import resolve_device
-from psp_core.encoder import MeanEmbeddingEncoder
-from psp_core.model import PSPModel
-from psp_core.model_card import CardFacts, model_card
-from psp_core.tokenizer import Tokenizer, sha256_file
+from psp_core.inference.model import PSPModel
+from psp_core.models.bundle import BundleConfig, check_bundle_output, save_bundle
+from psp_core.models.model_card import CardFacts, model_card
+from psp_core.tokenization.tokenizer import Tokenizer, sha256_file
+from psp_core.training.candidate_memory import COUNTERS, CandidateMemory, mining_record
 from psp_core.training.checkpoint import (
     DATA_KEY,
     CheckpointStore,
@@ -32,12 +32,12 @@ from psp_core.training.checkpoint import (
 from psp_core.training.config import TrainConfig
 from psp_core.training.data import EpochStream, PairBatch
 from psp_core.training.distributed import DistributedContext, distributed_training, tensor_digest
+from psp_core.training.encoder import MeanEmbeddingEncoder
 from psp_core.training.optim import build_optimizer
 from psp_core.training.progress import TrainingProgress
-from psp_core.training.remembered import COUNTERS, CandidateMemory, mining_record
 from psp_core.training.schedule import MegabatchSchedule, learning_rate_at
 from psp_core.training.steps import StepSettings, train_megabatch
-from psp_core.training_file import TrainingFile
+from psp_core.training.training_file import TrainingFile
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def train(
         on_step: called as ``on_step(step, loss)`` after every optimizer step.
         overwrite: replace ``output_dir`` (and use ``checkpoint_dir``) even when it is a folder
             of other files. Without it such a folder is refused before any work
-            (:class:`~psp_core.output_files.OutputError`); an earlier bundle is always replaced.
+            (:class:`~psp_core.files.output_files.OutputError`); an earlier bundle is always replaced.
 
     Started by ``torchrun`` with several processes, this trains data-parallel (see
     :mod:`psp_core.training.distributed`): each step trains ``world_size`` mini-batches of

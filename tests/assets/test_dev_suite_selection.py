@@ -9,10 +9,10 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from assets.model import DEV_SUITE_SELECTION
+from assets.psp_model import DEV_SUITE_SELECTION
 from assets.stage import Stage, fingerprint
 from psp_core.evaluation.dev_suite import dev_mean
-from psp_core.registry import ModelRegistry
+from psp_core.models.registry import ModelRegistry
 from tests.assets.test_evaluation_scoreboard import TRAINING, materialize_model_and_evaluation
 from tests.assets.test_evaluation_scoreboard import world as world  # (the fixture)
 

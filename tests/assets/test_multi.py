@@ -18,8 +18,8 @@ from assets.languages import load_registry
 from ops.pair_files import iter_pair_batches
 from pipelines.definitions import defs
 from psp_core import load_model
-from psp_core.tokenizer import make_pretokenizer
-from psp_core.training_file import TrainingFile
+from psp_core.tokenization.tokenizer import make_pretokenizer
+from psp_core.training.training_file import TrainingFile
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
 from tests.pipelines.corpora import (

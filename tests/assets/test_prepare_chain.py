@@ -14,8 +14,8 @@ from dagster import DagsterEventType, materialize
 from assets.resources import ComputeResource
 from ops.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import defs
-from psp_core.tokenizer import Tokenizer
-from psp_core.training_file import TrainingFile
+from psp_core.tokenization.tokenizer import Tokenizer
+from psp_core.training.training_file import TrainingFile
 from tests.conftest import require_shared_data
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import LANGUAGE_STAGES, loopback_resources

@@ -17,7 +17,7 @@ from dagster import materialize
 
 from psp_core import load_model
 from psp_core.cli import main
-from psp_core.registry import ModelRegistry
+from psp_core.models.registry import ModelRegistry
 from tests.assets.test_materialize import ALL_ASSETS, check_outcomes, metadata_of
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
@@ -111,7 +111,7 @@ def test_the_server_follows_the_gate_and_the_hand_promotions(opus_server: OpusSe
     """The issue's end-to-end: psp serve over the pipeline's storage keeps answering with the
     first model through a worse retrain, swaps in the second when it is promoted by hand, under
     load, and the first again on rollback, with no failed request."""
-    from tests.psp_core.test_serve import Server, cosines
+    from tests.psp_core.serving.test_serve import Server, cosines
 
     publish_de(opus_server, build_moses_zip)
     write_eval_dir(tmp_path / "eval")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from psp_core.download import (
+from psp_core.files.download import (
     DownloadError,
     download,
     lock_path,
@@ -260,11 +260,11 @@ def test_a_download_logs_its_progress(
 ) -> None:
     """Every PROGRESS_SECONDS (30 s; 0 here, so every chunk) a line with MB received of the
     total, the share, the rate and the time left."""
-    import psp_core.download
+    import psp_core.files.download
 
-    monkeypatch.setattr(psp_core.download, "PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(psp_core.files.download, "PROGRESS_SECONDS", 0.0)
     url = opus_server.add_file("/files/big.bin", random_bytes(3 << 20))
-    with caplog.at_level("INFO", logger="psp_core.download"):
+    with caplog.at_level("INFO", logger="psp_core.files.download"):
         download(url, tmp_path / "big.bin", **FAST)
     lines = [r.getMessage() for r in caplog.records if "MB/s" in r.getMessage()]
     assert lines, [r.getMessage() for r in caplog.records]

@@ -12,8 +12,8 @@ from ops.sentencepiece_model import (
     reservoir_sample_arrays,
     train_sentencepiece_from_pairs,
 )
-from psp_core.tokenizer import Tokenizer
-from psp_core.training_file import TrainingFile
+from psp_core.tokenization.tokenizer import Tokenizer
+from psp_core.training.training_file import TrainingFile
 from tests.conftest import require_shared_data
 
 

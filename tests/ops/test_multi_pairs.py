@@ -9,7 +9,7 @@ import pytest
 
 from ops.multi_pairs import LanguagePairs, sample_languages, temperature_counts
 from ops.pair_files import PairWriter, iter_pair_batches
-from psp_core.tokenizer import make_pretokenizer
+from psp_core.tokenization.tokenizer import make_pretokenizer
 
 
 def test_alpha_one_is_the_union_and_alpha_zero_is_equal_shares() -> None:

@@ -77,7 +77,7 @@ def test_english_is_always_src_and_tgt_lang_is_the_partition_code(
 def test_mixture_is_concatenated_whole_labelled_and_counted_per_corpus(
     opus_server: OpusServer, tmp_path: Path
 ) -> None:
-    """Caps are not applied here (they apply after the filters, ops.caps): every corpus is
+    """Caps are not applied here (they apply after the filters, ops.corpus_caps): every corpus is
     read and written whole, each pair labelled with its corpus."""
     serve(opus_server, "OpenSubtitles", "v2018", "de", 30)
     english, other = parallel("Tanzil", "de", 6)

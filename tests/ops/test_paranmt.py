@@ -12,7 +12,7 @@ import pytest
 
 from ops.pair_files import iter_pair_chunks, pair_file_info
 from ops.paranmt import fetch_paranmt
-from psp_core.download import DownloadError
+from psp_core.files.download import DownloadError
 from tests.conftest import require_shared_data
 from tests.ops.opus_server import Fault, OpusServer
 

@@ -5,7 +5,7 @@ import pytest
 from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs
 from ops.segmentation import CACHE_FILE, segment_pairs
 from ops.text_io import read_aligned
-from psp_core.tokenizer import make_pretokenizer
+from psp_core.tokenization.tokenizer import make_pretokenizer
 from tests.conftest import require_shared_data
 
 PAIRS = [

@@ -5,8 +5,8 @@ import pytest
 from ops.packing import pack_pairs
 from ops.sentencepiece_model import reservoir_sample, train_sentencepiece
 from ops.text_io import atomic_path, read_aligned
-from psp_core.tokenizer import Tokenizer
-from psp_core.training_file import TrainingFile
+from psp_core.tokenization.tokenizer import Tokenizer
+from psp_core.training.training_file import TrainingFile
 
 
 def write_lines(path, lines, gz=False):

@@ -49,7 +49,7 @@ pytestmark = [
     ),
 ]
 
-LOST_AFTER = 2 + 2 * 0.5 + 1  # pipelines.step_lease.lost_after with the settings below
+LOST_AFTER = 2 + 2 * 0.5 + 1  # pipelines.celery_step_heartbeat.lost_after with the settings below
 
 
 class Cluster:

@@ -45,7 +45,7 @@ def test_dagster_celery_is_the_release_the_executor_was_written_against():
 
     assert __version__ == WRITTEN_AGAINST, (
         f"dagster-celery {__version__} is installed; pipelines/celery_executor.py and "
-        f"pipelines/step_watch.py were written against {WRITTEN_AGAINST}: re-read the functions "
+        f"pipelines/celery_step_monitor.py were written against {WRITTEN_AGAINST}: re-read the functions "
         "in SEAMS, rerun tests/pipelines/test_celery.py and scripts/cluster_e2e.py, then update "
         "this test"
     )
@@ -57,5 +57,5 @@ def test_each_seam_of_dagster_celery_is_unchanged(module, qualname):
     assert digest == SEAMS[(module, qualname)], (
         f"{module}.{qualname} changed since dagster-celery {WRITTEN_AGAINST} (source sha256 "
         f"{digest}): pipelines/celery_executor.py depends on it; re-read it against "
-        "pipelines/step_watch.py (what the loop asks of a step's result) before updating SEAMS"
+        "pipelines/celery_step_monitor.py (what the loop asks of a step's result) before updating SEAMS"
     )

@@ -34,7 +34,7 @@ from assets.resources import (
 from pipelines.definitions import defs
 from pipelines.schedules import weekly_retrain_schedule
 from psp_core import load_model
-from psp_core.registry import ModelRegistry
+from psp_core.models.registry import ModelRegistry
 from tests.conftest import require_shared_data
 from tests.pipelines.conftest import LANGUAGE_STAGES
 

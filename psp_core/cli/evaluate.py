@@ -1,0 +1,119 @@
+"""``psp evaluate`` (STS, STS 2017, STS Benchmark, Tatoeba and speed) and ``psp fetch-eval-data``
+(the official evaluation sets, downloaded and converted)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from psp_core.cli.errors import CliError, require_file
+from psp_core.files.output_files import (
+    check_output_directory,
+    check_output_file,
+    replaced_when_done,
+)
+from psp_core.inference.model import load_model
+
+log = logging.getLogger("psp")
+
+
+def add_evaluate_parser(commands) -> None:
+    evaluate = commands.add_parser(
+        "evaluate", help="STS, STS 2017, STS Benchmark, Tatoeba and speed, beside the paper"
+    )
+    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument(
+        "--eval-dir", required=True, help="sts/YEAR/*.tsv, sts17/, stsb/, tatoeba/ (see README)"
+    )
+    evaluate.add_argument("--suites", default="sts,sts17,stsb,tatoeba,speed")
+    evaluate.add_argument("--output-json", help="also write the results as JSON here")
+    evaluate.add_argument(
+        "--tatoeba-languages", help="comma-separated LASER codes (default: all present)"
+    )
+    evaluate.add_argument(
+        "--dev-sts",
+        help="the STS file the model was selected on (psp train --dev-sts), relative to "
+        "--eval-dir or a path into it: marked dev and left out of every mean",
+    )
+    evaluate.add_argument("--speed-repeats", type=int, default=3)
+    evaluate.add_argument("--threads", type=int, default=1, help="tokenizer threads")
+    evaluate.set_defaults(handler=cmd_evaluate)
+
+
+def add_fetch_eval_data_parser(commands) -> None:
+    fetch = commands.add_parser(
+        "fetch-eval-data", help="download and convert the official evaluation sets"
+    )
+    fetch.add_argument("--dest", required=True, help="evaluation directory to fill")
+    fetch.add_argument("--formats", help="e.g. sts2012,sts17-input,sts17-gold,stsb,tatoeba")
+    fetch.add_argument("--sources-json", help="{file name: {url, format[, sha256]}} (mirrors)")
+    fetch.set_defaults(handler=cmd_fetch_eval_data)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from psp_core.evaluation import SUITES, evaluate_model
+    from psp_core.evaluation.runner import suites_with_data
+
+    eval_dir = Path(args.eval_dir)
+    if not eval_dir.is_dir():
+        raise CliError(f"evaluation directory {eval_dir} does not exist or is not a directory")
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown or not suites:
+        raise CliError(f"--suites {args.suites!r}: expected a comma-separated subset of {SUITES}")
+    if not suites_with_data(eval_dir, suites):
+        raise _nothing_to_evaluate(eval_dir, suites)
+    inputs = (eval_dir, args.model)
+    output = (
+        check_output_file(args.output_json, "--output-json", inputs=inputs)
+        if args.output_json
+        else None
+    )
+    languages = args.tatoeba_languages.split(",") if args.tatoeba_languages else None
+    model = load_model(args.model, num_threads=args.threads)
+    results = evaluate_model(
+        model,
+        eval_dir,
+        suites,
+        tatoeba_languages=languages,
+        speed_repeats=args.speed_repeats,
+        model_name=str(args.model),
+        dev_sts=args.dev_sts,
+    )
+    if not (results.sts or results.sts17 or results.stsb or results.tatoeba or results.speed):
+        raise _nothing_to_evaluate(eval_dir, suites)
+    sys.stdout.write(results.to_markdown())
+    if output:
+        with replaced_when_done(output, "w") as handle:
+            handle.write(json.dumps(results.to_dict(), indent=2) + "\n")
+        log.info("wrote %s", output)
+
+
+def _nothing_to_evaluate(eval_dir: Path, suites: list[str]) -> CliError:
+    return CliError(
+        f"nothing to evaluate in {eval_dir} for suites {','.join(suites)}: expected "
+        "sts/YEAR/NAME.tsv, sts17/PAIR.tsv, stsb/{train,dev,test}.tsv (gold<TAB>s1<TAB>s2) "
+        "or tatoeba/xxx-eng.xxx + tatoeba/xxx-eng.eng (psp fetch-eval-data builds them)"
+    )
+
+
+def cmd_fetch_eval_data(args: argparse.Namespace) -> None:
+    from psp_core.evaluation.data import DEFAULT_EVAL_SOURCES, EvalSource, prepare_eval_data
+
+    sources = dict(DEFAULT_EVAL_SOURCES)
+    if args.sources_json:
+        path = require_file(Path(args.sources_json), "sources file")
+        try:
+            table = json.loads(path.read_text(encoding="utf-8"))
+            sources = {name: EvalSource(**entry) for name, entry in table.items()}
+        except (json.JSONDecodeError, TypeError, AttributeError) as error:
+            raise CliError(
+                f"{path}: expected a JSON object {{file name: {{url, format[, sha256]}}}} ({error})"
+            ) from error
+    check_output_directory(args.dest, "evaluation directory")
+    formats = args.formats.split(",") if args.formats else None
+    written = prepare_eval_data(args.dest, sources=sources, formats=formats)
+    print(json.dumps({"written": written}, indent=2))

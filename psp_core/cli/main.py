@@ -1,0 +1,111 @@
+"""The ``psp`` command line: the parser assembled from each subcommand's module, and ``main``,
+which runs one and turns every user error into one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from signal import SIGHUP, SIGINT, SIGTERM
+
+from psp_core.cli.bundles import add_export_parser, add_info_parser
+from psp_core.cli.embed import add_embed_parser
+from psp_core.cli.errors import CliError, abandon_stdout, one_line
+from psp_core.cli.evaluate import add_evaluate_parser, add_fetch_eval_data_parser
+from psp_core.cli.mine import add_mine_parser
+from psp_core.cli.models import add_models_parser
+from psp_core.cli.score import add_score_parser
+from psp_core.cli.serve import add_serve_parser
+from psp_core.cli.train import add_train_parser
+from psp_core.files.download import DownloadError
+from psp_core.files.output_files import OutputError
+from psp_core.models.bundle import BundleError
+from psp_core.training import CheckpointWriteError, NonFiniteLossError
+from psp_core.training.training_file import TrainingFileError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="psp", description="P-SP sentence embeddings")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in (
+        add_embed_parser,
+        add_score_parser,
+        add_train_parser,
+        add_models_parser,
+        add_serve_parser,
+        add_info_parser,
+        add_export_parser,
+        add_evaluate_parser,
+        add_mine_parser,
+        add_fetch_eval_data_parser,
+    ):
+        add(commands)
+    return parser
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where Python code runs so that every temporary is removed on
+    the way out (``kill`` without ``-9``, a closed terminal, a job scheduler's stop)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def _signals_raise():
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while the block runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (SIGTERM, SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        with _signals_raise():
+            args.handler(args)
+    except BrokenPipeError:
+        # whoever read our standard output stopped (psp score ... | head): stop quietly
+        abandon_stdout()
+        return 1
+    except KeyboardInterrupt:
+        print("psp: interrupted (Ctrl-C)", file=sys.stderr)
+        return 128 + SIGINT  # 130, as shells report Ctrl-C
+    except Terminated as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"psp: stopped by {name}", file=sys.stderr)
+        return 128 + stop.signum
+    except (
+        CliError,
+        OutputError,
+        BundleError,
+        TrainingFileError,
+        NonFiniteLossError,
+        CheckpointWriteError,
+        OSError,
+        DownloadError,
+        ValueError,
+    ) as error:
+        print(f"psp: error: {one_line(error)}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,324 @@
+"""The inference API: ``load_model(path)``, ``model.embed(...)``, ``model.score(...)``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from psp_core.devices import resolve_device
+from psp_core.inference.multiprocess_embed import embed_forked, workers_for
+from psp_core.inference.prefaulted_arrays import fresh_float32
+from psp_core.inference.word_vectors import (
+    DEFAULT_BUDGET_BYTES,
+    WordVectors,
+    extended_table,
+    weighted_sums,
+)
+from psp_core.models.bundle import BundleConfig, load_bundle, save_bundle
+from psp_core.tokenization.tokenizer import Tokenizer
+
+_TOKENIZE_BLOCK = 8192
+
+
+#: the embedding table's types in memory
+TABLE_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+#: sentences per averaging call: 256 was the fastest on 1 CPU thread, 9-13% faster than 64
+#: (benchmarks/embed_batch_size.py; larger batches leave the CPU caches)
+EMBED_BATCH_SIZE = 256
+
+
+class PSPModel:
+    """A trained P-SP model: a tokenizer and an embedding table.
+
+    Use :func:`load_model` to read one from a bundle directory. With a tokenizer that keeps a
+    word cache, on the CPU, ``embed`` averages each sentence over its words' sums of piece
+    vectors (:mod:`psp_core.inference.word_vectors`; ``word_vector_bytes`` bounds the memory of those
+    sums, 0 turns the path off).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        embeddings: np.ndarray,
+        config: BundleConfig,
+        *,
+        dtype: str = "float32",
+        device: str | torch.device = "cpu",
+        word_vector_bytes: int = DEFAULT_BUDGET_BYTES,
+        workers: int = 1,
+    ):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if embeddings.shape != (tokenizer.vocab_size, config.dim):
+            raise ValueError(
+                f"embedding table {embeddings.shape} does not fit vocabulary "
+                f"{tokenizer.vocab_size} x dim {config.dim}"
+            )
+        if dtype not in TABLE_DTYPES:
+            raise ValueError(f"dtype must be one of {list(TABLE_DTYPES)}, got {dtype!r}")
+        self.tokenizer = tokenizer
+        self.config = config
+        self.dtype = dtype
+        self.device = torch.device(device)
+        #: processes that share a large input to ``embed`` (psp_core/inference/multiprocess_embed.py)
+        self.workers = workers
+        itemsize = np.dtype(TABLE_DTYPES[dtype]).itemsize
+        capacity = word_vector_bytes // (config.dim * itemsize)
+        self._word_vectors: WordVectors | None = None
+        if tokenizer.word_cache is not None and self.device.type == "cpu" and capacity > 0:
+            table = torch.from_numpy(extended_table(embeddings, TABLE_DTYPES[dtype], capacity))
+            self.weight = table[: tokenizer.vocab_size]
+            self._word_vectors = WordVectors(
+                tokenizer.word_cache,
+                table,
+                vocab_size=tokenizer.vocab_size,
+                unk_id=tokenizer.unk_id,
+                max_length=tokenizer.max_length,
+            )
+        else:
+            table = np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype])
+            self.weight = torch.from_numpy(table).to(self.device)
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the model as a bundle (always float32: a float16 table is a loading choice)."""
+        table = self.weight.cpu().numpy().astype(np.float32, copy=False)
+        return save_bundle(directory, table, self.tokenizer.model_proto, self.config)
+
+    @torch.inference_mode()
+    def embed_ids(
+        self, ids: np.ndarray, offsets: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Mean embeddings of already tokenized sentences (flat ids + offsets), float32
+        ``[len(offsets) - 1, dim]``; written into ``out`` when given (a C-contiguous float32
+        array of that shape). A sentence without ids gives a zero vector.
+
+        On the CPU the mean is :func:`~psp_core.inference.word_vectors.weighted_sums` with each id
+        weighted by 1/its sentence's length: faster than ``embedding_bag``'s mean mode (36
+        against 42 ms for the 20,216 shared STS sentences on 1 thread, batches of 256), the same
+        vectors to float32 rounding."""
+        count = len(offsets) - 1
+        if out is None:
+            out = np.empty((max(count, 0), self.dim), dtype=np.float32)
+        if count <= 0:
+            return out
+        if self.device.type != "cpu":
+            ids_tensor = torch.from_numpy(ids).to(self.device, non_blocking=True)
+            starts = torch.from_numpy(offsets[:-1]).to(self.device, non_blocking=True)
+            result = F.embedding_bag(ids_tensor, self.weight, starts, mode="mean")
+            out[:] = result.cpu().numpy()
+            return out
+        lengths = np.diff(offsets)
+        weights = np.repeat(np.reciprocal(np.maximum(lengths, 1), dtype=np.float32), lengths)
+        out[:] = weighted_sums(self.weight, ids, offsets, weights).numpy()
+        return out
+
+    def embed(
+        self,
+        sentences: Sequence[str] | Iterable[str],
+        batch_size: int = EMBED_BATCH_SIZE,
+        normalize: bool = False,
+        show_progress_bar: bool = False,
+        dim: int | None = None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Embed sentences; returns float32 ``[n, dim]`` in input order.
+
+        Sentences are tokenized in blocks and averaged ``batch_size`` at a time, in input
+        order (a mean of piece vectors has no padding, so sorting by length gains nothing: it
+        cost 10% in scattering the rows back). An empty sentence (or one with no pieces) gives
+        a zero vector, also when ``normalize`` is set. ``dim`` keeps the first ``dim``
+        dimensions (normalized after truncating): meant for models trained with
+        ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of their mean, so
+        this is exact).
+
+        ``out``: a C-contiguous float32 array of ``[n, self.dim]`` to write into instead of a new
+        one (a caller embedding a stream chunk by chunk reuses one buffer, and skips the first
+        touch of fresh memory each chunk); the result is then ``out``, or its first ``dim``
+        columns (a view) where ``dim`` is given.
+        """
+        if dim is not None and not 1 <= dim <= self.dim:
+            raise ValueError(f"dim must be in [1, {self.dim}], got {dim}")
+        if isinstance(sentences, str):
+            raise TypeError("embed expects a list of sentences, not a single string")
+        sentences = sentences if isinstance(sentences, list) else list(sentences)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if out is not None and (
+            out.shape != (len(sentences), self.dim)
+            or out.dtype != np.float32
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise ValueError(
+                f"out must be a writable C-contiguous float32 array of shape "
+                f"({len(sentences)}, {self.dim}), got {out.dtype} {out.shape}"
+            )
+        progress = tqdm(total=len(sentences), disable=not show_progress_bar, unit="sent")
+        with progress:
+            workers = workers_for(len(sentences), self.workers) if self.device.type == "cpu" else 1
+            if workers > 1:
+                output = embed_forked(
+                    sentences,
+                    out,
+                    self.dim,
+                    workers,
+                    lambda texts, into, done: self._embed_blocks(texts, into, batch_size, done),
+                    progress.update,
+                    self.tokenizer.word_cache_lock,
+                )
+            else:
+                output = fresh_float32((len(sentences), self.dim)) if out is None else out
+                self._embed_blocks(sentences, output, batch_size, progress.update)
+        if dim is not None and dim < self.dim:
+            output = output[:, :dim] if out is not None else np.ascontiguousarray(output[:, :dim])
+        if normalize:
+            norms = np.linalg.norm(output, axis=1, keepdims=True)
+            np.divide(output, norms, out=output, where=norms > 0)
+        return output
+
+    def _embed_blocks(
+        self, sentences: list[str], output: np.ndarray, batch_size: int, done
+    ) -> None:
+        """Embed ``sentences`` into ``output`` block by block (tokenized a block at a time,
+        averaged ``batch_size`` at a time), calling ``done(k)`` after each block of ``k``."""
+        block = max(_TOKENIZE_BLOCK - _TOKENIZE_BLOCK % batch_size, batch_size)
+        for block_start in range(0, len(sentences), block):
+            block_sentences = sentences[block_start : block_start + block]
+            target = output[block_start : block_start + len(block_sentences)]
+            if self._word_vectors is None:
+                self._embed_pieces(block_sentences, target, batch_size)
+            else:
+                self._embed_words(block_sentences, target, batch_size)
+            done(len(block_sentences))
+
+    def _embed_words(self, sentences: list[str], out: np.ndarray, batch_size: int) -> None:
+        """Average ``sentences`` into ``out`` over their words' sums where the word cache can,
+        the others over their pieces from sentencepiece alone (never through the cache twice).
+        Which sentences try the cache: all of them, the first of a block on trial, or a probe
+        while it does not pay for itself (:class:`~psp_core.tokenization.word_cache_policy.CachePolicy`)."""
+        texts = self.tokenizer.normalize(sentences)
+        start, stop = self.tokenizer.cache_takes(texts)
+        for low, high in ((0, start), (stop, len(texts))):  # (all of them, or all but a trial)
+            if high > low:
+                rest = self.tokenizer.encode_normalized(texts[low:high], use_cache=False)
+                self._average(rest, out[low:high], batch_size)
+        if start == stop:
+            return
+        texts, out = texts[start:stop], out[start:stop]
+        with self.tokenizer.word_cache_lock:
+            left = self._word_vectors.embed(texts, out, batch_size)
+        self.tokenizer.cache_policy.block_served(len(texts) - len(left), len(texts))
+        if len(left):
+            tokens = self.tokenizer.encode_normalized([texts[i] for i in left], use_cache=False)
+            rest = np.empty((len(left), self.dim), dtype=np.float32)
+            self._average(tokens, rest, batch_size)
+            out[left] = rest
+
+    def _embed_pieces(self, sentences: list[str], out: np.ndarray, batch_size: int) -> None:
+        """Tokenize ``sentences`` and average their pieces into ``out``, ``batch_size`` at a
+        time."""
+        self._average(self.tokenizer.encode(sentences), out, batch_size)
+
+    def _average(self, tokens, out: np.ndarray, batch_size: int) -> None:
+        """Average the pieces of ``tokens`` (a TokenBatch) into ``out``, ``batch_size`` rows at
+        a time."""
+        for start in range(0, len(tokens), batch_size):
+            stop = min(start + batch_size, len(tokens))
+            low, high = tokens.offsets[start], tokens.offsets[stop]
+            self.embed_ids(
+                tokens.ids[low:high],
+                tokens.offsets[start : stop + 1] - low,
+                out=out[start:stop],
+            )
+
+    def score(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        batch_size: int = EMBED_BATCH_SIZE,
+        show_progress_bar: bool = False,
+        dim: int | None = None,
+    ) -> np.ndarray:
+        """Cosine similarity of each ``(s1, s2)`` pair; 0.0 when either side has no pieces.
+        ``dim``: compare the first ``dim`` dimensions only (see :meth:`embed`)."""
+        pairs = list(pairs)
+        for index, pair in enumerate(pairs):
+            if isinstance(pair, str) or not isinstance(pair, tuple | list):
+                raise TypeError(
+                    f"pair {index} is a {type(pair).__name__}, expected an (s1, s2) tuple"
+                )
+            if len(pair) != 2:
+                raise ValueError(f"pair {index} has {len(pair)} elements, expected 2")
+        left = self.embed([p[0] for p in pairs], batch_size, True, show_progress_bar, dim)
+        right = self.embed([p[1] for p in pairs], batch_size, True, show_progress_bar, dim)
+        return np.einsum("ij,ij->i", left, right).astype(np.float32)
+
+
+def load_model(
+    path: str | Path,
+    *,
+    num_threads: int = 1,
+    dtype: str = "float32",
+    device: str = "cpu",
+    word_cache_size: int = 500_000,
+    word_vector_bytes: int = DEFAULT_BUDGET_BYTES,
+    workers: int = 1,
+) -> PSPModel:
+    """Load a model bundle directory (validated; see :mod:`psp_core.models.bundle`).
+
+    Args:
+        path: the bundle directory.
+        num_threads: sentencepiece threads used when tokenizing.
+        dtype: the embedding table in memory: ``"float32"`` (as stored) or ``"float16"`` (half
+            the memory; vectors are still returned as float32; speed and STS change are
+            measured in benchmarks/README.md).
+        device: where the table lives and the averaging runs: ``"cpu"``, ``"cuda"``,
+            ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU.
+        word_cache_size: distinct words whose sentencepiece ids the tokenizer keeps
+            (:mod:`psp_core.tokenization.word_piece_cache`: the same ids, faster once words recur; 0 turns it off).
+            It is used only while it pays for itself (:mod:`psp_core.tokenization.word_cache_policy`): on one pass
+            over distinct sentences it only probes (about 63,000 sentences/s on 1 thread, as
+            with sentencepiece alone), on sentences embedded again and again it serves nearly
+            all of them (about 170,000/s; benchmarks/README.md, "A corpus in one pass").
+        word_vector_bytes: memory for the sums of piece vectors of cached words of several
+            pieces, which ``embed`` averages over instead of their pieces
+            (:mod:`psp_core.inference.word_vectors`; default 128 MiB; 0 turns the path off).
+        workers: processes that share a large input to ``embed`` on the CPU (Linux): the
+            calling process and ``workers - 1`` forked children, each embedding a contiguous
+            share on one thread (:mod:`psp_core.inference.multiprocess_embed`; at least 16,384 sentences a
+            share, so small inputs stay in one process). 2 on 2 cores: 1.82x one process on a
+            first pass over a corpus, where ``num_threads=2`` gave 1.51x (benchmarks/README.md).
+    """
+    device = resolve_device(device)  # a device this machine lacks fails before the bundle is read
+    config, spm_proto, embeddings = load_bundle(path)
+    tokenizer = Tokenizer(
+        spm_proto,
+        lowercase=config.lowercase,
+        pretokenizer=config.pretokenizer,
+        max_length=config.max_length,
+        num_threads=num_threads,
+        word_cache_size=word_cache_size,
+    )
+    return PSPModel(
+        tokenizer,
+        embeddings,
+        config,
+        dtype=dtype,
+        device=device,
+        word_vector_bytes=word_vector_bytes,
+        workers=workers,
+    )

@@ -1,0 +1,156 @@
+"""Sentence means from each cached word's sum of piece vectors: the light path of ``embed``.
+
+A sentence's embedding is the mean of its pieces' vectors, and with a word cache
+(:mod:`psp_core.tokenization.word_piece_cache`) its pieces are the concatenation of its words' pieces. So the sum
+over the sentence is the sum of its words' sums, and the mean is that divided by the number of
+pieces. :class:`WordVectors` keeps, for each cached word, one row whose vector is the sum of the
+word's (known) pieces, and averages a sentence by gathering one row per *word* instead of one
+per *piece*, with no piece ids built at all:
+
+* a word of one known piece uses that piece's own row of the embedding table (no memory);
+* a word of several pieces gets a row of its own in an extension of the table, its pieces'
+  sum (``capacity`` rows at most: :data:`DEFAULT_BUDGET_BYTES`, 32,768 words at dim 1024);
+* a word of unknown pieces only uses a zero row (psp_core drops unknown pieces).
+
+A sentence is averaged this way only when the result is what the piece path gives: every word
+cached, safe (no near tie, no whitespace hazard: see :class:`~psp_core.tokenization.word_piece_cache.WordPieceCache`)
+and with a row, at least one known piece (a sentence of only unknown pieces is the unknown
+piece's vector) and at most ``max_length`` of them (truncation cuts inside a word). The others
+are left to the piece path (:meth:`embed` returns them). The vectors equal the piece path's to
+the table's rounding: float32 rounding for a float32 table (the sums are added in another
+order); for a float16 table (``load_model(dtype="float16")``) each word's sum is itself stored
+in float16, so the two paths agree to float16 rounding (a relative 1e-3; tested at 2e-3), not
+float32's. Checked in ``tests/psp_core/inference/test_word_vectors.py``; ``benchmarks/embed_speed.py``
+measures the gain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from psp_core.tokenization.csr import TokenBatch, row_sums
+from psp_core.tokenization.word_piece_cache import WordPieceCache
+
+#: memory for the sums of words of several pieces (rows beyond the vocabulary): 128 MiB
+DEFAULT_BUDGET_BYTES = 128 << 20
+
+_NO_ROW = -1
+
+
+def extended_table(embeddings: np.ndarray, dtype, capacity: int) -> np.ndarray:
+    """The embedding table followed by a zero row and ``capacity`` rows for word sums. The rows
+    past the zero row are allocated but not written, so the memory they take grows with the
+    words actually stored (the operating system maps pages on first write)."""
+    vocab, dim = embeddings.shape
+    table = np.empty((vocab + 1 + capacity, dim), dtype=dtype)
+    table[:vocab] = embeddings
+    table[vocab] = 0
+    return table
+
+
+@torch.inference_mode()
+def weighted_sums(
+    table: torch.Tensor, ids: np.ndarray, offsets: np.ndarray, weights: np.ndarray
+) -> torch.Tensor:
+    """Per bag ``ids[offsets[i]:offsets[i + 1]]``, the sum of its rows of ``table``, each times
+    its weight: one ``embedding_bag`` in sum mode (a mean is the sum weighted by 1/length,
+    faster than its mean mode, which makes a second pass to divide)."""
+    return F.embedding_bag(
+        torch.from_numpy(ids),
+        table,
+        torch.from_numpy(offsets[:-1]),
+        mode="sum",
+        per_sample_weights=torch.from_numpy(weights).to(table.dtype),
+    )
+
+
+class WordVectors:
+    """Averages sentences word by word over ``table``, an :func:`extended_table`.
+
+    Args:
+        cache: the tokenizer's word cache (its rows are this class's words).
+        table: the extended table (a torch tensor on the CPU); its first ``vocab_size`` rows are
+            the model's embedding table.
+        vocab_size: the sentencepiece vocabulary size.
+        unk_id: the unknown piece (dropped from every word's sum).
+        max_length: the most pieces a sentence may have on this path (0: no limit).
+    """
+
+    def __init__(
+        self,
+        cache: WordPieceCache,
+        table: torch.Tensor,
+        *,
+        vocab_size: int,
+        unk_id: int,
+        max_length: int,
+    ) -> None:
+        self.cache = cache
+        self.table = table
+        self.vocab_size = vocab_size
+        self.unk_id = unk_id
+        self.max_length = max_length
+        self.zero_row = vocab_size
+        self.capacity = table.shape[0] - vocab_size - 1
+        self.used = 0  # extension rows written
+        self._row = np.zeros(0, dtype=np.int64)  # per cache row: its row in ``table``
+        self._pieces = np.zeros(0, dtype=np.int64)  # per cache row: its known pieces
+
+    def _sync(self) -> None:
+        """Give the cache's rows added since the last call their table row and piece count."""
+        table, unsafe = self.cache.tables()
+        done = len(self._row)
+        if done == len(table):
+            return
+        new = table.slice(done, len(table))  # the new rows' ids
+        known = new.ids != self.unk_id
+        pieces = row_sums(new.offsets, known)
+        rows = np.full(len(new), _NO_ROW, dtype=np.int64)
+        safe = ~unsafe[done:]  # (an unsafe word's texts go to sentencepiece: it needs no row)
+        rows[safe & (pieces == 0)] = self.zero_row
+        # a word of one known piece uses that piece's row: its id is the sum of the known ids
+        single = safe & (pieces == 1)
+        rows[single] = row_sums(new.offsets, np.where(known, new.ids, 0))[single]
+        several = np.flatnonzero(safe & (pieces > 1))[: self.capacity - self.used]
+        if len(several):
+            rows[several] = self._store_sums(new.take(several))
+        self._row = np.concatenate([self._row, rows])
+        self._pieces = np.concatenate([self._pieces, pieces])
+
+    def _store_sums(self, words: TokenBatch) -> np.ndarray:
+        """Write the sums of ``words``' known pieces into the next extension rows."""
+        known = (words.ids != self.unk_id).astype(np.float32)  # unknown pieces weigh nothing
+        first = self.vocab_size + 1 + self.used
+        sums = weighted_sums(self.table[: self.vocab_size], words.ids, words.offsets, known)
+        self.table[first : first + len(words)] = sums
+        self.used += len(words)
+        return np.arange(first, first + len(words), dtype=np.int64)
+
+    def embed(self, texts: Sequence[str], out: np.ndarray, batch_size: int) -> np.ndarray:
+        """Average normalized ``texts`` (lowercased, pre-tokenized) into ``out`` (float32
+        ``[len(texts), dim]``); returns the indices of the texts left to the piece path (their
+        rows of ``out`` are unspecified)."""
+        word_rows, offsets, redo = self.cache.lookup(texts)
+        self._sync()
+        rows = self._row[word_rows]
+        text_pieces = row_sums(offsets, self._pieces[word_rows])
+        missing = np.flatnonzero(rows == _NO_ROW)
+        if len(missing):
+            redo[np.searchsorted(offsets, missing, side="right") - 1] = True
+            rows[missing] = self.zero_row
+        redo |= text_pieces == 0
+        if self.max_length > 0:
+            redo |= text_pieces > self.max_length
+        scale = np.reciprocal(np.maximum(text_pieces, 1), dtype=np.float32)
+        weights = np.repeat(scale, np.diff(offsets))
+        for start in range(0, len(texts), batch_size):
+            stop = min(start + batch_size, len(texts))
+            low, high = offsets[start], offsets[stop]
+            out[start:stop] = weighted_sums(
+                self.table, rows[low:high], offsets[start : stop + 1] - low, weights[low:high]
+            ).numpy()
+        return np.flatnonzero(redo)

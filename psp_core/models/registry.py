@@ -1,0 +1,361 @@
+"""The model versions of one language and the one promoted among them.
+
+A language's registry is a folder (``{storage root}/{lang}/psp_model/`` in the pipeline)::
+
+    versions/{version}/model/         the bundle; a version is never rewritten
+    versions/{version}/version.json   its fingerprint, creation time, training record, lineage and
+                                      dev scores, written with it
+    versions/{version}/evaluation.json   its test-set scores, written by its evaluation
+    promoted -> versions/{version}    a symbolic link, swapped in one rename
+    versions/{version}/exports/       its exports (sentence-transformers, model2vec), if any
+    model -> promoted/model           where earlier releases kept the model and its exports: the
+    exports -> promoted/exports       promoted version's
+    promotions.jsonl                  every promotion and rollback, appended
+
+A version is written under a temporary name and renamed into ``versions/`` whole, so a killed
+run leaves no half version (its temporary is removed by the next one). Promoting renames a new
+link over ``promoted``: a reader that resolves the link once (:func:`psp_core.models.bundle.load_bundle`
+resolves the path it is given before reading a file) loads the old bundle or the new one, never
+a mix. Promotions, rollbacks and pruning take turns on a lock file.
+
+A folder that holds a bundle as ``model/`` from before versions existed is adopted on first use:
+the bundle (and ``exports/``) becomes the first version and is promoted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psp_core.files.file_lock import exclusive_lock
+from psp_core.files.output_files import write_text_if_changed
+from psp_core.files.stale_temps import remove_stale_temps
+
+VERSIONS = "versions"
+PROMOTED = "promoted"
+LEGACY_MODEL = "model"
+BUNDLE = "model"
+VERSION_FILE = "version.json"
+EXPORTS = "exports"
+#: links beside ``promoted`` to the same names in the promoted version: the paths where earlier
+#: releases kept the model and its exports
+PASS_THROUGH = (LEGACY_MODEL, EXPORTS)
+HISTORY = "promotions.jsonl"
+#: a version's scores on the test sets, written by its evaluation (never read by the gate)
+EVALUATION_FILE = "evaluation.json"
+LOCK = ".registry.lock"
+#: the pipeline's folder of a language's registry under the storage root
+STAGE = "psp_model"
+
+
+class RegistryError(ValueError):
+    """An unknown version, nothing to roll back to, or a folder that is not a registry."""
+
+
+STORAGE_ENV = "PSP_STORAGE_ROOT"
+#: where storage is when neither a flag nor PSP_STORAGE_ROOT says: make run's, then the Dagster
+#: resource's default, relative to the current directory
+DEFAULT_STORAGE_ROOTS = ("runs/psp_data", "psp_data")
+#: what the commands that take ``--storage-root`` say of it
+STORAGE_ROOT_HELP = (
+    f"the pipeline's storage root (default: ${STORAGE_ENV}, else "
+    f"{' or '.join(DEFAULT_STORAGE_ROOTS)} if there)"
+)
+NO_STORAGE_ROOT = f"no {' or '.join(DEFAULT_STORAGE_ROOTS)} here"
+
+
+def storage_root(given: str | None = None) -> Path | None:
+    """The pipeline's storage root: ``given``, else ``$PSP_STORAGE_ROOT``, else the first of
+    :data:`DEFAULT_STORAGE_ROOTS` that exists; None when none does."""
+    if given:
+        return Path(given)
+    if os.environ.get(STORAGE_ENV):
+        return Path(os.environ[STORAGE_ENV])
+    return next((Path(c) for c in DEFAULT_STORAGE_ROOTS if Path(c).is_dir()), None)
+
+
+def language_registry(storage_root: str | Path, lang: str) -> Path:
+    """The registry folder of ``lang`` under the pipeline's storage root."""
+    return Path(storage_root) / lang / STAGE
+
+
+@dataclass(frozen=True)
+class Version:
+    """One immutable model version: ``directory`` holds ``model/`` and ``version.json``."""
+
+    id: str
+    directory: Path
+    info: dict[str, Any]
+
+    @property
+    def bundle(self) -> Path:
+        return self.directory / BUNDLE
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.info.get("fingerprint")
+
+    @property
+    def dev_scores(self) -> dict[str, float]:
+        return self.info.get("dev_scores") or {}
+
+    @property
+    def test_scores(self) -> dict[str, float]:
+        """The scores of its last evaluation on the test sets (``evaluation.json``), if any."""
+        return (_read_json(self.directory / EVALUATION_FILE) or {}).get("test_scores") or {}
+
+
+class ModelRegistry:
+    """The versions under ``root`` (see the module docstring)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.versions_dir = self.root / VERSIONS
+        if (self.root / LEGACY_MODEL).is_dir() and not (self.root / LEGACY_MODEL).is_symlink():
+            self._adopt_legacy_bundle()
+
+    # reading ------------------------------------------------------------------------------------
+
+    def versions(self) -> list[Version]:
+        """Every complete version, oldest first (ids start with their UTC creation time)."""
+        if not self.versions_dir.is_dir():
+            return []
+        found = []
+        for directory in sorted(self.versions_dir.iterdir()):
+            if directory.name.startswith(".") or not directory.is_dir():
+                continue
+            info = _read_info(directory)
+            if info is not None:
+                found.append(Version(directory.name, directory, info))
+        return found
+
+    def version(self, version_id: str) -> Version:
+        directory = self.versions_dir / version_id
+        info = _read_info(directory) if "/" not in version_id and version_id[:1] != "." else None
+        if info is None:
+            known = ", ".join(v.id for v in self.versions()) or "none"
+            raise RegistryError(f"{self.root}: no version {version_id!r} (versions: {known})")
+        return Version(version_id, directory, info)
+
+    def find(self, fingerprint: str) -> Version | None:
+        """The newest version trained from ``fingerprint``'s inputs and settings."""
+        matching = [v for v in self.versions() if v.fingerprint == fingerprint]
+        return matching[-1] if matching else None
+
+    def promoted(self) -> Version | None:
+        """The promoted version (the link resolved once), or None before the first."""
+        try:
+            target = os.readlink(self.root / PROMOTED)
+        except (FileNotFoundError, OSError):
+            return None
+        version_id = Path(target).name
+        try:
+            return self.version(version_id)
+        except RegistryError:
+            return None  # its version was removed by hand
+
+    def history(self) -> list[dict[str, Any]]:
+        path = self.root / HISTORY
+        if not path.is_file():
+            return []
+        entries = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash while appending
+        return entries
+
+    def previous(self) -> Version | None:
+        """The version promoted before the current one: what :meth:`rollback` brings back."""
+        current = self.promoted()
+        if current is None:
+            return None
+        for entry in reversed(self.history()):
+            if entry.get("version") == current.id:
+                previous = entry.get("previous")
+                if previous is None:
+                    return None
+                try:
+                    return self.version(previous)
+                except RegistryError:
+                    return None
+        return None
+
+    # writing ------------------------------------------------------------------------------------
+
+    def add_version(
+        self,
+        fingerprint: str,
+        build: Callable[[Path], dict[str, Any]],
+        *,
+        created: float | None = None,
+    ) -> Version:
+        """Write a new version: ``build(bundle_path)`` writes the bundle there and returns the
+        version's information (training record, lineage, dev scores...); the whole version is
+        then renamed into place. A killed ``build`` leaves only a temporary, removed next time."""
+        created = time.time() if created is None else created
+        self.versions_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.versions_dir)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(created))
+        version_id = f"{stamp}-{fingerprint[:8]}"
+        suffix = 1
+        while (self.versions_dir / version_id).exists():
+            suffix += 1
+            version_id = f"{stamp}-{fingerprint[:8]}-{suffix}"
+        draft = self.versions_dir / f".{version_id}.tmp-{os.getpid()}"
+        shutil.rmtree(draft, ignore_errors=True)
+        draft.mkdir()
+        try:
+            info = dict(build(draft / BUNDLE))
+            info.update(
+                version=version_id,
+                fingerprint=fingerprint,
+                created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
+            )
+            _write_json(draft / VERSION_FILE, info)
+            os.rename(draft, self.versions_dir / version_id)
+        except BaseException:
+            shutil.rmtree(draft, ignore_errors=True)
+            raise
+        return Version(version_id, self.versions_dir / version_id, info)
+
+    def promote(
+        self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None
+    ) -> Version:
+        """Make ``version_id`` the promoted version (one rename of a new link) and record it."""
+        with self._locked():
+            return self._promote(self.version(version_id), "promote", reason, scores)
+
+    def record_evaluation(self, version_id: str, test_scores: dict[str, float]) -> None:
+        """Keep ``version_id``'s test-set scores beside it (``psp models list`` shows them); the
+        same scores again (a re-run that reused its evaluation) leave the file untouched."""
+        version = self.version(version_id)
+        _write_json(version.directory / EVALUATION_FILE, {"test_scores": test_scores})
+
+    def record_decision(
+        self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None
+    ) -> None:
+        """Record that ``version_id`` was considered and not promoted (the gate's ``reject``)."""
+        with self._locked():
+            self._append_history(
+                {"action": "reject", "version": version_id, "previous": None, "reason": reason},
+                scores,
+            )
+
+    def rollback(self, *, reason: str = "rollback") -> Version:
+        """Promote again the version promoted before the current one."""
+        with self._locked():
+            current, target = self.promoted(), self.previous()
+            if current is None:
+                raise RegistryError(f"{self.root}: no promoted version to roll back from")
+            if target is None:
+                raise RegistryError(
+                    f"{self.root}: {current.id} is the first promoted version (or the one before "
+                    "it was removed): nothing to roll back to"
+                )
+            return self._promote(target, "rollback", reason, None)
+
+    def prune(self, keep: int) -> list[str]:
+        """Remove all versions but the newest ``keep``, the promoted one and the one a rollback
+        would bring back; returns the removed ids."""
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        with self._locked():
+            versions = self.versions()
+            kept = {v.id for v in versions[-keep:]}
+            for version in (self.promoted(), self.previous()):
+                if version is not None:
+                    kept.add(version.id)
+            removed = []
+            for version in versions:
+                if version.id in kept:
+                    continue
+                doomed = self.versions_dir / f".{version.id}.tmp-{os.getpid()}"
+                os.rename(version.directory, doomed)  # gone from the listing in one step
+                shutil.rmtree(doomed, ignore_errors=True)
+                removed.append(version.id)
+            return removed
+
+    # internals ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self):
+        self.root.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(self.root / LOCK):
+            yield
+
+    def _promote(
+        self, version: Version, action: str, reason: str, scores: dict[str, Any] | None
+    ) -> Version:
+        current = self.promoted()
+        link = self.root / f".{PROMOTED}.tmp-{os.getpid()}"
+        link.unlink(missing_ok=True)
+        os.symlink(Path(VERSIONS) / version.id, link)
+        os.replace(link, self.root / PROMOTED)
+        for name in PASS_THROUGH:
+            if not (self.root / name).is_symlink():
+                link = self.root / f".{name}.tmp-{os.getpid()}"
+                link.unlink(missing_ok=True)
+                os.symlink(Path(PROMOTED) / name, link)
+                os.replace(link, self.root / name)
+        previous = current.id if current is not None and current.id != version.id else None
+        entry = {"action": action, "version": version.id, "previous": previous, "reason": reason}
+        self._append_history(entry, scores)
+        return version
+
+    def _append_history(self, entry: dict[str, Any], scores: dict[str, Any] | None) -> None:
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry}
+        if scores:
+            entry["scores"] = scores
+        with open(self.root / HISTORY, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _adopt_legacy_bundle(self) -> None:
+        """``model/`` is a bundle written before versions: make it the first, promoted version."""
+        with self._locked():
+            legacy = self.root / LEGACY_MODEL
+            if not legacy.is_dir() or legacy.is_symlink():
+                return  # another process adopted it meanwhile
+            created = legacy.stat().st_mtime
+
+            def move(bundle: Path) -> dict[str, Any]:
+                os.rename(legacy, bundle)
+                exports = self.root / EXPORTS
+                if exports.is_dir() and not exports.is_symlink():
+                    os.rename(exports, bundle.parent / EXPORTS)
+                return {"adopted": "a bundle written before model versions"}
+
+            manifest = _read_json(self.root / "manifest.json") or {}
+            version = self.add_version(
+                manifest.get("fingerprint") or "legacy00", move, created=created
+            )
+            self._promote(version, "promote", "adopted the model of an earlier release", None)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _read_info(directory: Path) -> dict[str, Any] | None:
+    if not (directory / BUNDLE).is_dir():
+        return None
+    return _read_json(directory / VERSION_FILE)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    # whole or not at all, and not at all when the file holds the same already
+    write_text_if_changed(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

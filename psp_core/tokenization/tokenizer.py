@@ -1,0 +1,281 @@
+"""Sentence -> sentencepiece ids, exactly as the P-SP encoder sees them.
+
+Steps (DESIGN section 5): lowercase, optional pre-tokenizer (jieba for Chinese), sentencepiece
+ids, unknown pieces dropped unless the sentence has only unknown pieces (then one unknown id),
+truncation to ``max_length`` pieces. A batch comes out as flat CSR arrays (ids + offsets), the
+layout both ``nn.EmbeddingBag`` and the training HDF5 use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Sequence
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+from psp_core.tokenization.csr import TokenBatch
+from psp_core.tokenization.word_cache_policy import CachePolicy
+from psp_core.tokenization.word_piece_cache import WordPieceCache, word_independent
+
+log = logging.getLogger(__name__)
+
+PRETOKENIZERS = ("none", "jieba", "rjieba", "rjieba_han")
+
+#: runs of Han characters (CJK unified ideographs, extensions A-H, compatibility ideographs)
+_HAN_RUN = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef\U00030000-\U0003134f]+"
+)
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _jieba_segmenter() -> Callable[[str], str]:
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+
+    def segment(text: str) -> str:
+        return " ".join(token for token in jieba.cut(text) if not token.isspace())
+
+    return segment
+
+
+def _rjieba_segmenter() -> Callable[[str], str]:
+    """jieba-rs (the Rust port of jieba, through ``rjieba``): the same dictionary and HMM for
+    unknown words, about 10x faster; see benchmarks/segmenter_compare.py for its agreement
+    with jieba on the shared zh data."""
+    import rjieba
+
+    def segment(text: str) -> str:
+        return " ".join(token for token in rjieba.cut(text) if not token.isspace())
+
+    return segment
+
+
+def _rjieba_han_segmenter() -> Callable[[str], str]:
+    """rjieba on the runs of Han characters only, each run set apart by spaces; everything else
+    (Latin, Arabic, Cyrillic words, punctuation, digits) is left as it is, so a model whose
+    vocabulary serves every script gives a non-Chinese word the same pieces whether or not
+    Chinese stands beside it (the multilingual model's pre-tokenizer)."""
+    import rjieba
+
+    def cut(run: re.Match) -> str:
+        return (
+            " " + " ".join(token for token in rjieba.cut(run.group()) if not token.isspace()) + " "
+        )
+
+    def segment(text: str) -> str:
+        return _HAN_RUN.sub(cut, text)
+
+    return segment
+
+
+def make_pretokenizer(name: str) -> Callable[[str], str] | None:
+    """Return the pre-tokenizer called ``name`` (``none`` gives ``None``)."""
+    if name == "none":
+        return None
+    if name == "jieba":
+        return _jieba_segmenter()
+    if name == "rjieba":
+        return _rjieba_segmenter()
+    if name == "rjieba_han":
+        return _rjieba_han_segmenter()
+    raise ValueError(f"unknown pre-tokenizer {name!r}; expected one of {PRETOKENIZERS}")
+
+
+def flatten_id_lists(id_lists: Sequence[Sequence[int]]) -> TokenBatch:
+    """Turn a list of id lists into a :class:`TokenBatch` without a per-token Python loop."""
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    offsets = np.zeros(len(id_lists) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=int(offsets[-1]))
+    return TokenBatch(ids, offsets)
+
+
+def clean_ids(batch: TokenBatch, unk_id: int, max_length: int) -> TokenBatch:
+    """Drop unknown ids (keeping one when a sentence is nothing else) and truncate, vectorized.
+
+    One pass over the ids finds the unknown ones; everything else costs in proportion to the
+    unknown ids and the overlong sentences, which are few, so cleaning stays a small part of
+    encoding.
+    """
+    ids, offsets, lengths = batch.ids, batch.offsets, batch.lengths
+    unknown = np.flatnonzero(ids == unk_id)
+    if len(unknown):
+        owner = np.searchsorted(offsets, unknown, side="right") - 1
+        unknown_per_sentence = np.bincount(owner, minlength=len(lengths))
+        only_unknown = (unknown_per_sentence == lengths) & (lengths > 0)
+        # keep the first (unknown) id of each sentence that has nothing else
+        dropped = unknown[~(only_unknown[owner] & (unknown == offsets[:-1][owner]))]
+        keep = np.ones(len(ids), dtype=bool)
+        keep[dropped] = False
+        ids = ids[keep]
+        lengths = lengths - unknown_per_sentence + only_unknown
+        offsets = _offsets(lengths)
+    if max_length > 0 and len(lengths) and lengths.max() > max_length:
+        overlong = np.flatnonzero(lengths > max_length)
+        excess = lengths[overlong] - max_length
+        # the positions past max_length in each overlong sentence, as one vector of ranges
+        starts = np.repeat(offsets[overlong] + max_length - np.cumsum(excess) + excess, excess)
+        keep = np.ones(len(ids), dtype=bool)
+        keep[starts + np.arange(len(starts))] = False
+        ids = ids[keep]
+        lengths = np.minimum(lengths, max_length)
+        offsets = _offsets(lengths)
+    return TokenBatch(ids.astype(np.int64, copy=False), offsets)
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def _refuse_non_strings(sentences: Sequence[str]) -> None:
+    for index, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence {index} is a {type(sentence).__name__}, expected str")
+
+
+class Tokenizer:
+    """Lowercase, pre-tokenize, sentencepiece-encode and clean a batch of sentences.
+
+    Args:
+        model_proto: the serialized sentencepiece model (the bytes of ``sentencepiece.model``).
+        lowercase: lowercase before encoding (the paper lowercases everything).
+        pretokenizer: ``"none"``, ``"jieba"`` or ``"rjieba"`` (Chinese word segmentation: jieba,
+            or jieba-rs, its faster Rust port), or ``"rjieba_han"`` (jieba-rs on the runs of Han
+            characters only, for a vocabulary shared by every script).
+        max_length: keep at most this many pieces per sentence (the reference code's 100; 0 = no
+            limit).
+        num_threads: sentencepiece threads for batch encoding (``-1``: its default).
+        word_cache_size: the most distinct words whose pieces are kept
+            (:class:`~psp_core.tokenization.word_piece_cache.WordPieceCache`, about 300 bytes each; the same ids
+            as sentencepiece). 0, the default, sends every sentence to sentencepiece: a word is
+            cached on its second sighting at about 10-15 us, which pays off only where words
+            recur across calls (embedding: :func:`psp_core.load_model` turns it on), not in one
+            pass over a corpus with a rich vocabulary (the preparation chain: measured in
+            benchmarks/README.md). Even when on, blocks use it only while it pays for itself
+            (:attr:`cache_policy`, :mod:`psp_core.tokenization.word_cache_policy`).
+    """
+
+    def __init__(
+        self,
+        model_proto: bytes,
+        *,
+        lowercase: bool = True,
+        pretokenizer: str = "none",
+        max_length: int = 100,
+        num_threads: int = 1,
+        word_cache_size: int = 0,
+    ) -> None:
+        self.processor = spm.SentencePieceProcessor()
+        try:
+            self.processor.LoadFromSerializedProto(model_proto)
+        except RuntimeError as error:
+            raise ValueError(f"not a valid sentencepiece model ({error})") from error
+        self.model_proto = model_proto
+        self.sha256 = hashlib.sha256(model_proto).hexdigest()
+        self.lowercase = lowercase
+        self.pretokenizer_name = pretokenizer
+        self._pretokenize = make_pretokenizer(pretokenizer)
+        self.max_length = max_length
+        self.num_threads = num_threads
+        self.unk_id = self.processor.unk_id()
+        # the same ids as Encode, faster once words recur (psp_core/tokenization/word_piece_cache.py)
+        self.word_cache_lock = threading.Lock()
+        self._words = (
+            WordPieceCache(self.processor, max_words=word_cache_size)
+            if word_cache_size > 0 and word_independent(model_proto)
+            else None
+        )
+        #: whether the word cache is paying for itself (psp_core/tokenization/word_cache_policy.py)
+        self.cache_policy = CachePolicy()
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs) -> Tokenizer:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"sentencepiece model {path} does not exist")
+        try:
+            return cls(path.read_bytes(), **kwargs)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from error
+
+    @property
+    def vocab_size(self) -> int:
+        return self.processor.GetPieceSize()
+
+    @property
+    def word_cache(self) -> WordPieceCache | None:
+        """The cache of each word's ids (``None`` when off); hold :attr:`word_cache_lock` while
+        using it."""
+        return self._words
+
+    def normalize(self, sentences: Sequence[str]) -> list[str]:
+        """Apply lowercasing and the pre-tokenizer, as done before sentencepiece."""
+        try:
+            if self.lowercase:
+                texts = [s.lower() for s in sentences]
+            else:  # (+ "": a str stays itself, anything else raises)
+                texts = [s + "" for s in sentences]
+        except (AttributeError, TypeError):
+            _refuse_non_strings(sentences)
+            raise
+        if self._pretokenize is not None:
+            texts = [self._pretokenize(t) for t in texts]
+        return texts
+
+    def encode(self, sentences: Sequence[str]) -> TokenBatch:
+        """Encode ``sentences`` to a cleaned :class:`TokenBatch` (input order kept)."""
+        if not sentences:
+            return TokenBatch.empty()
+        return self.encode_normalized(self.normalize(sentences))
+
+    def encode_normalized(self, texts: Sequence[str], *, use_cache: bool = True) -> TokenBatch:
+        """:meth:`encode` of texts already through :meth:`normalize`. With a word cache, the
+        texts go through it or to sentencepiece alone as :attr:`cache_policy` decides (the
+        same ids either way); ``use_cache=False`` sends them to sentencepiece alone."""
+        if not texts:
+            return TokenBatch.empty()
+        start, stop = (0, 0) if self._words is None or not use_cache else self.cache_takes(texts)
+        if start == stop:
+            batch = flatten_id_lists(
+                self.processor.Encode(list(texts), out_type=int, num_threads=self.num_threads)
+            )
+            return clean_ids(batch, self.unk_id, self.max_length)
+        with self.word_cache_lock:
+            batch, served = self._words.encode_counted(texts[start:stop])
+        self.cache_policy.block_served(served, stop - start)
+        batch = clean_ids(batch, self.unk_id, self.max_length)
+        if stop - start < len(texts):  # a trial: the rest to sentencepiece
+            before = self.encode_normalized(texts[:start], use_cache=False)
+            after = self.encode_normalized(texts[stop:], use_cache=False)
+            batch = TokenBatch.concat([before, batch, after])
+        return batch
+
+    def cache_takes(self, texts: Sequence[str]) -> tuple[int, int]:
+        """The rows ``(start, stop)`` of this block of normalized texts that go through the word
+        cache (report what it served to :meth:`CachePolicy.block_served`): all while it pays,
+        :data:`~psp_core.tokenization.word_cache_policy.TRIAL_SENTENCES` of them on trial. None (``start ==
+        stop``) while the cache does not pay for itself: then a probe of a few of the texts is
+        counted (their new words remembered) and the block goes to sentencepiece alone."""
+        rows = self.cache_policy.probe_rows(len(texts))
+        if rows is None:
+            return self.cache_policy.taken(len(texts))
+        with self.word_cache_lock:
+            servable = self._words.probe([texts[i] for i in rows])
+        self.cache_policy.probed(servable, len(rows))
+        return 0, 0

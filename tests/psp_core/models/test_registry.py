@@ -1,0 +1,216 @@
+"""Model versions: written whole, promoted and rolled back atomically, pruned without losing the
+promoted model or its rollback target, and adopted from the layout before versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from psp_core.cli import main
+from psp_core.inference.model import load_model
+from psp_core.models.registry import ModelRegistry, RegistryError
+
+
+@pytest.fixture()
+def two_models(model):
+    """Two models of one tokenizer whose vectors differ (the old and the new training)."""
+    first = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.mul_(-2.0)
+    second = model.weight.detach().clone()
+
+    def save_with(weights):
+        def build(path):
+            with torch.no_grad():
+                model.weight.copy_(weights)
+            model.save(path)
+            return {"record": {"lr": 0.001}, "dev_scores": {"sts17_en_en": 80.0}}
+
+        return build
+
+    return save_with(first), save_with(second), first, second
+
+
+def table_of(path) -> np.ndarray:
+    return load_model(path).weight.detach().numpy()
+
+
+def test_a_version_is_written_whole_and_found_by_fingerprint(tmp_path, two_models):
+    registry = ModelRegistry(tmp_path / "de")
+    build_old, build_new, old, new = two_models
+    first = registry.add_version("a" * 24, build_old, created=1_700_000_000)
+    second = registry.add_version("b" * 24, build_new, created=1_700_000_000)
+
+    assert first.id == "20231114T221320Z-aaaaaaaa"
+    assert second.id == "20231114T221320Z-bbbbbbbb"
+    assert [v.id for v in registry.versions()] == [first.id, second.id]
+    assert registry.find("b" * 24) == second
+    assert registry.find("c" * 24) is None
+    info = json.loads((second.directory / "version.json").read_text())
+    assert info["fingerprint"] == "b" * 24 and info["dev_scores"] == {"sts17_en_en": 80.0}
+    np.testing.assert_array_equal(table_of(second.bundle), new.numpy())
+    assert registry.promoted() is None  # adding does not promote
+
+
+def test_a_failed_build_leaves_no_version(tmp_path, two_models):
+    registry = ModelRegistry(tmp_path / "de")
+
+    def fails(path):
+        two_models[0](path)
+        raise RuntimeError("training diverged")
+
+    with pytest.raises(RuntimeError, match="diverged"):
+        registry.add_version("a" * 24, fails)
+    assert registry.versions() == []
+    assert os.listdir(registry.versions_dir) == []
+
+
+def test_a_killed_build_is_cleaned_by_the_next(tmp_path, two_models):
+    registry = ModelRegistry(tmp_path / "de")
+    registry.versions_dir.mkdir(parents=True)
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    orphan = registry.versions_dir / f".20231114T221320Z-aaaaaaaa.tmp-{finished.pid}"
+    two_models[0](orphan / "model")  # what a kill -9 during training's last write leaves
+    version = registry.add_version("a" * 24, two_models[1])
+    assert sorted(os.listdir(registry.versions_dir)) == [version.id]
+
+
+def test_promote_rollback_and_the_model_link(tmp_path, two_models):
+    registry = ModelRegistry(tmp_path / "de")
+    build_old, build_new, old, new = two_models
+    first = registry.add_version("a" * 24, build_old)
+    second = registry.add_version("b" * 24, build_new)
+    with pytest.raises(RegistryError, match="nothing to roll back|no promoted version"):
+        registry.rollback()
+
+    registry.promote(first.id, reason="first version")
+    with pytest.raises(RegistryError, match="first promoted version"):
+        registry.rollback()
+    np.testing.assert_array_equal(table_of(tmp_path / "de" / "model"), old.numpy())
+
+    registry.promote(second.id, reason="gate passed", scores={"sts17_en_en": [80.0, 81.0]})
+    assert registry.promoted() == second
+    assert registry.previous() == first
+    np.testing.assert_array_equal(table_of(tmp_path / "de" / "model"), new.numpy())
+
+    assert registry.rollback() == first
+    assert registry.promoted() == first
+    np.testing.assert_array_equal(table_of(tmp_path / "de" / "model"), old.numpy())
+    assert [(e["action"], e["version"], e["previous"]) for e in registry.history()] == [
+        ("promote", first.id, None),
+        ("promote", second.id, first.id),
+        ("rollback", first.id, second.id),
+    ]
+    with pytest.raises(RegistryError, match=f"no version 'nope'.*{first.id}"):
+        registry.promote("nope", reason="typo")
+    with pytest.raises(RegistryError, match="no version"):
+        registry.promote("../de", reason="outside")
+
+
+def test_prune_keeps_the_newest_the_promoted_and_the_rollback_target(tmp_path, two_models):
+    registry = ModelRegistry(tmp_path / "de")
+    ids = [
+        registry.add_version(f"{i:024d}", two_models[i % 2], created=1_700_000_000 + i).id
+        for i in range(6)
+    ]
+    registry.promote(ids[0], reason="first")
+    registry.promote(ids[1], reason="better")
+    assert registry.prune(keep=2) == [ids[2], ids[3]]
+    assert [v.id for v in registry.versions()] == [ids[0], ids[1], ids[4], ids[5]]
+    assert registry.rollback().id == ids[0]
+    with pytest.raises(ValueError, match="keep"):
+        registry.prune(keep=0)
+
+
+def test_readers_see_one_bundle_or_the_other_while_promotions_swap(tmp_path, two_models):
+    """A reader loading the promoted model through the links while another thread promotes the
+    two versions in turn: every load succeeds and is one of the two tables, whole."""
+    registry = ModelRegistry(tmp_path / "de")
+    build_old, build_new, old, new = two_models
+    ids = [
+        registry.add_version("a" * 24, build_old).id,
+        registry.add_version("b" * 24, build_new).id,
+    ]
+    registry.promote(ids[0], reason="first")
+    stop = threading.Event()
+
+    def swap():
+        turn = 1
+        while not stop.is_set():
+            registry.promote(ids[turn], reason="swap")
+            turn = 1 - turn
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    seen = set()
+    try:
+        for _ in range(60):
+            table = table_of(tmp_path / "de" / "model")
+            if np.array_equal(table, old.numpy()):
+                seen.add("old")
+            else:
+                np.testing.assert_array_equal(table, new.numpy())
+                seen.add("new")
+    finally:
+        stop.set()
+        swapper.join()
+    assert seen == {"old", "new"}
+
+
+def test_a_bundle_of_an_earlier_release_is_adopted(tmp_path, model):
+    root = tmp_path / "de"
+    model.save(root / "model")
+    (root / "manifest.json").write_text(json.dumps({"fingerprint": "f" * 24}))
+
+    registry = ModelRegistry(root)
+
+    [version] = registry.versions()
+    assert version.fingerprint == "f" * 24
+    assert registry.promoted() == version
+    assert (root / "model").is_symlink()
+    np.testing.assert_array_equal(table_of(root / "model"), model.weight.detach().numpy())
+    assert ModelRegistry(root).versions() == [version]  # adopted once
+
+
+# --- psp models ------------------------------------------------------------------------------------
+
+
+def test_psp_models_list_promote_and_rollback(tmp_path, two_models, capsys, monkeypatch):
+    root = tmp_path / "storage"
+    registry = ModelRegistry(root / "de" / "psp_model")
+    first = registry.add_version("a" * 24, two_models[0], created=1_700_000_000)
+    second = registry.add_version("b" * 24, two_models[1], created=1_700_000_100)
+    registry.promote(first.id, reason="first")
+    monkeypatch.setenv("PSP_STORAGE_ROOT", str(root))
+
+    assert main(["models", "list", "de"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["version", "created", "dev:sts17_en_en"]
+    assert table[1].split()[:2] == ["*", first.id] and table[2].split()[0] == second.id
+
+    assert main(["models", "promote", "de", second.id]) == 0
+    assert capsys.readouterr().out == f"promoted {second.id}: {second.bundle}\n"
+    assert main(["models", "list", str(registry.root), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["versions"]
+    assert [(r["version"], r["promoted"], r["rollback_target"]) for r in rows] == [
+        (first.id, False, True),
+        (second.id, True, False),
+    ]
+
+    assert main(["models", "rollback", "de", "--storage-root", str(root)]) == 0
+    assert capsys.readouterr().out.startswith(f"rolled back to {first.id}")
+    assert registry.promoted() == first
+
+    assert main(["models", "promote", "de", "20990101T000000Z-none"]) == 2
+    assert f"no version '20990101T000000Z-none' (versions: {first.id}, {second.id})" in (
+        capsys.readouterr().err
+    )
+    assert main(["models", "list", "fr"]) == 2
+    assert "no model versions there" in capsys.readouterr().err
