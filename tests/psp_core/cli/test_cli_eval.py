@@ -15,7 +15,7 @@ from psp_core.cli import main
 from psp_core.evaluation import evaluate_model
 from psp_core.inference.model import load_model
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()

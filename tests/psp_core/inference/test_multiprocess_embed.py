@@ -156,7 +156,7 @@ def test_workers_die_with_a_parent_killed_hard(tmp_path: Path):
                                    threading.Lock())
         """
     )
-    process = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[2])
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[3])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < 3):
         time.sleep(0.05)

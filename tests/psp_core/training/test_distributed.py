@@ -20,7 +20,7 @@ from psp_core.training.encoder import MeanEmbeddingEncoder
 from tests.conftest import write_training_file
 from tests.psp_core.cli.test_cli import write_sts_file
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 VOCAB, DIM = 12, 3
 
 # (row ids of rank 0, row ids of rank 1): overlapping, disjoint, unequal counts, one rank empty
