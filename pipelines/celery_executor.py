@@ -25,12 +25,11 @@ pinned by ``tests/pipelines/test_celery_seams.py``, which names the one that cha
 from __future__ import annotations
 
 from dagster import Field, Int, Noneable, Permissive, RetryPolicy, StringSource
-from dagster import _check as check
-from dagster._core.execution.retries import RetryMode, get_retries_config
 from dagster_celery.executor import CeleryExecutor, _submit_task
 
 from pipelines import celery_settings
 from pipelines.celery_step_monitor import StepWatch, WatchedStep, lost_step_event
+from pipelines.dagster_internals import RetryMode, get_retries_config
 
 CONFIG_SCHEMA = {
     "broker": Field(
@@ -84,7 +83,7 @@ class PspCeleryExecutor(CeleryExecutor):
             backend=backend or celery_settings.backend_url(),
             config_source={**celery_settings.config_source(), **(config_source or {})},
         )
-        self.lost_worker_retries = check.int_param(lost_worker_retries, "lost_worker_retries")
+        self.lost_worker_retries = int(lost_worker_retries)
         self.stop_wait_seconds = float(stop_wait_seconds)
 
     def execute(self, plan_context, execution_plan):

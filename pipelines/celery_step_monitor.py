@@ -32,12 +32,10 @@ from dataclasses import dataclass, field
 
 from celery import states
 from dagster import RetryPolicy
-from dagster._core.events import DagsterEvent
-from dagster._core.execution.plan.objects import StepFailureData, StepRetryData
-from dagster._utils.error import SerializableErrorInfo
 from dagster_shared.serdes import serialize_value
 
 from pipelines import celery_step_heartbeat
+from pipelines.dagster_internals import step_failure_or_retry
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +46,9 @@ BACKEND_OUTAGE_SECONDS = 300.0  # the result backend unreachable this long fails
 def lost_step_event(job_context, step, known_state, message: str, fallback: RetryPolicy | None):
     """A retry of the step whose worker was lost (its RetryPolicy, else ``fallback``) or, with no
     retries left, its failure."""
-    step_context = job_context.for_step(step)
-    error = SerializableErrorInfo(message=message, stack=[], cls_name="CeleryWorkerLost")
-    policy = step_context.op_retry_policy or fallback
     attempts = known_state.get_retry_state().get_attempt_count(step.key)
-    if policy and not step_context.retry_mode.disabled and attempts < policy.max_retries:
-        return DagsterEvent.step_retry_event(
-            step_context,
-            StepRetryData(error=error, seconds_to_wait=policy.calculate_delay(attempts + 1)),
-        )
-    return DagsterEvent.step_failure_event(
-        step_context, StepFailureData(error=error, user_failure_data=None)
+    return step_failure_or_retry(
+        job_context.for_step(step), attempts, message, "CeleryWorkerLost", fallback
     )
 
 

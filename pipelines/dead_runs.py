@@ -24,8 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
-from dagster._core.storage.dagster_run import DagsterRun
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 WORKER_TAG = "psp/worker"
 #: How often a running run looks for dead ones (seconds); Dagster re-checks a blocked pool

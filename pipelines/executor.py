@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dagster import (
+    DagsterEvent,
     DagsterInstance,
     Executor,
     ExecutorDefinition,
@@ -29,7 +30,6 @@ from dagster import (
     multi_or_in_process_executor,
     multiple_process_executor_requirements,
 )
-from dagster._core.events import DagsterEvent
 
 from pipelines.dead_runs import POLL_SECONDS, fail_dead_runs, record_worker
 

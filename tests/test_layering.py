@@ -1,10 +1,18 @@
-"""The dependency direction of DESIGN.md: pipelines -> assets -> ops / psp_core, and psp_core (the
-library users install) imports nothing of the pipeline. Checked on the import statements of
-every module, so a new arrow the wrong way fails here rather than in a circular import later."""
+"""The house rules of the layout, checked on every module's import statements:
+
+* the dependency direction pipelines -> assets -> ops / psp_core, psp_core (the library users
+  install) importing nothing of the pipeline;
+* no import cycle inside a package, and psp_core grouped by concept: a handful of modules at its
+  top level, the rest in packages named after what they hold;
+* Dagster's private modules reached from one module only (``pipelines/dagster_internals.py``),
+  so that the install can accept any patch release of a Dagster series.
+
+A new arrow the wrong way fails here rather than in a circular import later."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -38,3 +46,87 @@ def test_no_import_goes_against_the_layers(package: str) -> None:
         for path in modules
     }
     assert {path: found for path, found in wrong.items() if found} == {}
+
+
+#: the most modules psp_core may keep at its top level (the rest live in concept packages)
+PSP_CORE_TOP_LEVEL_MODULES = 8
+#: modules allowed to import Dagster's private modules
+DAGSTER_INTERNALS = {"pipelines/dagster_internals.py"}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports (``from a.b import c`` counts a.b and a.b.c)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found & known
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    reach, frontier = set(), [start]
+    while frontier:
+        for nxt in graph[frontier.pop()] - reach:
+            reach.add(nxt)
+            frontier.append(nxt)
+    return reach
+
+
+def import_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
+    """Groups of modules of ``package`` that import each other, directly or through others.
+    An import of a parent package (its ``__init__``) does not count."""
+    paths = {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+    graph = {
+        name: {m for m in imported_modules(path, set(paths)) if not name.startswith(m + ".")}
+        - {name}
+        for name, path in paths.items()
+    }
+    cycles, seen = [], set()
+    for start in sorted(graph):
+        if start not in seen and start in reachable(graph, start):
+            cycle = sorted(m for m in reachable(graph, start) if start in reachable(graph, m))
+            seen.update(cycle)
+            cycles.append(cycle)
+    return cycles
+
+
+@pytest.mark.parametrize("package", ["psp_core", "ops", "assets", "pipelines"])
+def test_no_package_has_an_import_cycle(package: str) -> None:
+    assert import_cycles(package) == []
+
+
+def test_a_cycle_is_found_when_there_is_one(tmp_path: Path) -> None:
+    """The cycle finder itself: two modules importing each other are reported."""
+    package = tmp_path / "loop"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from loop.b import x\n")
+    (package / "b.py").write_text("import loop.a\nx = 1\n")
+    (package / "c.py").write_text("from loop import a\n")
+    assert import_cycles("loop", root=tmp_path) == [["loop.a", "loop.b"]]
+
+
+def test_psp_core_keeps_few_modules_at_its_top_level() -> None:
+    top = sorted(p.name for p in (ROOT / "psp_core").glob("*.py"))
+    assert len(top) <= PSP_CORE_TOP_LEVEL_MODULES, top
+
+
+def test_dagster_private_modules_are_imported_from_one_place() -> None:
+    private = re.compile(
+        r"^\s*(from\s+dagster\._|import\s+dagster\._|from\s+dagster\s+import\s+_)", re.M
+    )
+    users = {
+        str(path.relative_to(ROOT))
+        for package in ("psp_core", "ops", "assets", "pipelines", "scripts")
+        for path in (ROOT / package).rglob("*.py")
+        if private.search(path.read_text(encoding="utf-8"))
+    }
+    assert users <= DAGSTER_INTERNALS, users - DAGSTER_INTERNALS
