@@ -129,14 +129,6 @@ class TrainingConfig(StageConfig):
         "--dim 256` then truncates. Null: the paper's loss.",
     )
     max_steps: int | None = Field(default=None, description="Stop after this many mini-batches.")
-    mining_candidates: int | None = Field(
-        default=None,
-        description="0 (null: the paper's): mine every mega-batch exactly. k > 0: remember each "
-        "anchor's k best candidates when a full mega-batch is mined, keep its pairs together "
-        "across epochs, and later pick its negatives among them while a sample mined exactly "
-        "agrees (>= 95% within 0.01 cosine); one-language models only. Pays at the paper's lr "
-        "0.001 over many epochs (benchmarks/README.md, issue 29).",
-    )
     negatives_within: str | None = Field(
         default=None,
         description="The multilingual model only: 'megabatch' mines each pair's hard negatives "
@@ -166,7 +158,6 @@ class TrainingConfig(StageConfig):
     def overrides(self) -> dict:
         names = ("dim", "epochs", "batch_size", "max_megabatch", "anneal_every")
         names += ("dropout", "piece_dropout", "lr", "lr_decay", "max_steps", "negatives_within")
-        names += ("mining_candidates",)
         chosen = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         if self.matryoshka_dims is not None:
             chosen["matryoshka_dims"] = tuple(self.matryoshka_dims)

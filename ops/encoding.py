@@ -143,22 +143,14 @@ def pair_batches(pairs: PairSource, batch_size: int) -> Iterator[pa.RecordBatch]
             yield batch.slice(start, batch_size)
 
 
-def encoded_batches(
-    pairs: PairSource, tokenizer: Tokenizer, *, batch_size: int, workers: int
-) -> Iterator[tuple[TokenBatch, TokenBatch]]:
-    """``(source, target)`` token batches of the pairs, in their order.
+def _encoded_with_batches(
+    pairs: PairSource, tokenizer: Tokenizer, batch_size: int, workers: int
+) -> Iterator[tuple[pa.RecordBatch, tuple[TokenBatch, TokenBatch]]]:
+    """``(record batch, (source, target) token batches)`` of the pairs, in their order.
 
     ``workers <= 1``: in this process, with ``tokenizer.num_threads`` sentencepiece threads.
     Otherwise ``workers`` processes, at most ``2 * workers`` batches in flight.
     """
-    for _, encoded in _encoded_with_batches(pairs, tokenizer, batch_size, workers):
-        yield encoded
-
-
-def _encoded_with_batches(
-    pairs: PairSource, tokenizer: Tokenizer, batch_size: int, workers: int
-) -> Iterator[tuple[pa.RecordBatch, tuple[TokenBatch, TokenBatch]]]:
-    """:func:`encoded_batches`, each with the record batch it encodes."""
     batches = pair_batches(pairs, batch_size)
     if workers <= 1:
         for batch in batches:

@@ -81,6 +81,8 @@ def _unsupported(spec: SentencePieceSpec, pretokenizer: str) -> list[str]:
         problems.append("sentencepiece byte_fallback")
     if spec.treat_whitespace_as_suffix:
         problems.append("sentencepiece treat_whitespace_as_suffix")
+    if spec.split_digits:
+        problems.append("sentencepiece split_digits (digits as pieces of their own)")
     if not spec.escape_whitespaces:
         problems.append("sentencepiece escape_whitespaces=false")
     if not spec.remove_extra_whitespaces:

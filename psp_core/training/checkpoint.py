@@ -27,7 +27,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,6 @@ WEIGHTS_FILE = "weights.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 BEST_FILE = "best.safetensors"
 POINTER_FILE = "LATEST"
-#: remembered candidates (psp_core.training.candidate_memory), beside the step directories
-CANDIDATES_FILE = "candidates.npy"
 #: the fingerprint key of the training file's content (see ``trainer.train``)
 DATA_KEY = "data_sha256"
 _ADVICE = {
@@ -90,10 +88,6 @@ class TrainingState:
     epoch_loss_sum: float = 0.0
     epoch_loss_count: int = 0
     epoch_seconds: float = 0.0
-    # remembered candidates (TrainConfig.mining_candidates): per mega-batch slot, the epoch its
-    # lists were mined in and its pairs; and the epoch's counters (remembered.COUNTERS)
-    candidate_slots: dict[str, list[int]] = field(default_factory=dict)
-    epoch_mining: dict[str, int] = field(default_factory=dict)
 
 
 def _optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
@@ -178,10 +172,7 @@ def is_checkpoint_directory(directory: str | Path) -> bool:
     """Whether everything in ``directory`` is a checkpoint store's own (``step-*``, ``LATEST``,
     ``best.safetensors`` and their temporaries): the marker that lets training write there and
     remove it when done."""
-    own = re.compile(
-        rf"(step-[0-9]+-epoch-[0-9]+|{POINTER_FILE}|{re.escape(BEST_FILE)}|"
-        rf"{re.escape(CANDIDATES_FILE)})"
-    )
+    own = re.compile(rf"(step-[0-9]+-epoch-[0-9]+|{POINTER_FILE}|{re.escape(BEST_FILE)})")
     return all(
         own.fullmatch(name.split(".tmp-")[0].split(".old-")[0]) for name in os.listdir(directory)
     )
@@ -268,8 +259,12 @@ class CheckpointStore:
         if latest is None:
             raise FileNotFoundError(f"no complete checkpoint in {self.directory}")
         payload = json.loads((latest / STATE_FILE).read_text())
-        # a checkpoint of an earlier release lacks the settings added since, at their old value
+        # a checkpoint of an earlier release lacks the settings added since, at their old value,
+        # and may hold settings removed since, at the value that trains as now
         saved = {**TrainConfig.ADDED_LATER, **payload["fingerprint"]}
+        for name, value in TrainConfig.REMOVED.items():
+            if saved.get(name, value) == value:
+                saved.pop(name, None)
         if saved != fingerprint:
             raise CheckpointMismatchError(
                 f"cannot resume from checkpoint {latest}: {_mismatch(saved, fingerprint)}; "
@@ -281,7 +276,8 @@ class CheckpointStore:
         tensors = load_file(str(latest / OPTIMIZER_FILE))
         optimizer.load_state_dict(_optimizer_from_tensors(tensors, payload["optimizer"]))
         _restore_rng(tensors)
-        return TrainingState(**payload["state"])
+        known = {f.name for f in fields(TrainingState)}
+        return TrainingState(**{k: v for k, v in payload["state"].items() if k in known})
 
     def save_best(self, weight: torch.Tensor, epoch: int, score: float) -> None:
         tmp = self.directory / f"{BEST_FILE}.tmp-{os.getpid()}"

@@ -67,15 +67,6 @@ class TrainConfig:
             faster than plain float32 products. ``"float32-plain"``: the same negatives from
             plain float32 products (the baseline). ``"bfloat16"``: bfloat16 products only
             (fastest; 1-2% of negatives differ, each within ~0.01 cosine of the hardest).
-        mining_candidates: 0 (the paper's): every mega-batch is mined exactly. ``k`` > 0:
-            remember each anchor's ``k`` best candidates when a full mega-batch is mined
-            exactly, keep every full mega-batch's pairs together from epoch to epoch (its
-            mini-batches reshuffled), and in later epochs pick its negatives among those
-            candidates re-scored with the current parameters, as long as a sample of 256 of its
-            anchors mined exactly agrees (>= 95% get the exact hardest negative or one within
-            0.01 cosine); otherwise mine it exactly again. One-language files on one process.
-            The epoch's record says how many mega-batches were mined exactly, how many re-used
-            their lists, and the sample's agreement (benchmarks/README.md, issue 29).
         matryoshka_dims: train so that the first ``d`` dimensions of a vector work on their
             own for each ``d`` given (Matryoshka representation learning): the margin loss is
             summed over these nested prefixes, the full ``dim`` always included, e.g. ``(512,
@@ -106,7 +97,6 @@ class TrainConfig:
     shuffle_block: int = 100_000
     mining_chunk_rows: int = 512
     mining_dtype: str = "float32"
-    mining_candidates: int = 0
     matryoshka_dims: tuple[int, ...] | None = None
     max_steps: int | None = None
     device: str = "auto"
@@ -131,8 +121,8 @@ class TrainConfig:
             raise ValueError(
                 f"negatives_within must be one of {NEGATIVES_WITHIN}, got {self.negatives_within!r}"
             )
-        if self.anneal_every < 0 or self.checkpoint_every < 0 or self.mining_candidates < 0:
-            raise ValueError("anneal_every, checkpoint_every and mining_candidates must be >= 0")
+        if self.anneal_every < 0 or self.checkpoint_every < 0:
+            raise ValueError("anneal_every and checkpoint_every must be >= 0")
         for name in ("dropout", "piece_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
@@ -165,9 +155,12 @@ class TrainConfig:
         {
             "lr_decay": "constant",
             "piece_dropout": 0.0,
-            "mining_candidates": 0,
         }
     )
+
+    # Fields removed since, with the only value they may hold in a checkpoint that can still be
+    # resumed (the value that trained as the code does now).
+    REMOVED = MappingProxyType({"mining_candidates": 0})
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields a checkpoint must agree on to be resumed, as JSON gives them back (a

@@ -18,7 +18,7 @@ from psp_core.training.data import PairBatch
 from psp_core.training.distributed import DistributedContext
 from psp_core.training.encoder import MeanEmbeddingEncoder
 from psp_core.training.loss import margin_loss, nested_margin_loss
-from psp_core.training.negative_mining import Negatives, mine_hard_negatives, sentence_hashes
+from psp_core.training.negative_mining import mine_hard_negatives, sentence_hashes
 from psp_core.training.optim import clip_gradient_norm
 
 
@@ -63,10 +63,6 @@ class StepSettings:
             loss_dims=config.matryoshka_dims or (),
             **more,
         )
-
-
-#: finds a one-language mega-batch's negatives from its embeddings and sentence hashes
-Miner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], Negatives]
 
 
 class PhaseTimes:
@@ -155,8 +151,6 @@ def train_megabatch(
     first_step: int,
     on_step: Callable[[int, float], None] | None = None,
     times: PhaseTimes | None = None,
-    miner: Miner | None = None,
-    order: np.ndarray | None = None,
 ) -> list[float]:
     """Train on one mega-batch; returns the loss of each mini-batch.
 
@@ -164,11 +158,6 @@ def train_megabatch(
     and without dropout, then every mini-batch takes one optimizer step. Under several
     processes every rank calls this with its own shard, all with the same number of
     mini-batches; the losses returned are the means over the ranks.
-
-    ``miner``: finds the negatives of a one-language mega-batch instead of exact mining, called
-    as ``miner(source_embeddings, target_embeddings, source_hashes, target_hashes)`` (the
-    trainer's remembered candidates). ``order``: the pairs' order into mini-batches, applied
-    after mining (None: as given).
     """
     device = settings.device
     distributed = settings.distributed
@@ -188,11 +177,8 @@ def train_megabatch(
             target_embeddings,
             source_hashes,
             target_hashes,
-            miner,
         )
     del source_embeddings, target_embeddings
-    if order is not None:  # the pools stay as mined: the negatives' rows still point into them
-        mega, for_source, for_target = mega.take(order), for_source[order], for_target[order]
 
     model.train()
     params = list(model.parameters())
@@ -246,9 +232,7 @@ def train_megabatch(
     return losses
 
 
-def _negatives(
-    mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes, miner=None
-):
+def _negatives(mega, settings, source_embeddings, target_embeddings, source_hashes, target_hashes):
     """Each pair's negatives (rows of the pools returned) for its source and its target."""
     if mega.group is not None:
         for_source, for_target = _mine_by_group(
@@ -256,11 +240,14 @@ def _negatives(
         )
         pool_for_source = pool_for_target = TokenBatch.concat([mega.source, mega.target])
         return for_source, for_target, pool_for_source, pool_for_target
-    embeddings_and_hashes = (source_embeddings, target_embeddings, source_hashes, target_hashes)
-    if miner is not None:
-        negatives = miner(*embeddings_and_hashes)
-    else:
-        negatives = _mine(settings, settings.negatives_from, *embeddings_and_hashes)
+    negatives = _mine(
+        settings,
+        settings.negatives_from,
+        source_embeddings,
+        target_embeddings,
+        source_hashes,
+        target_hashes,
+    )
     if settings.negatives_from == "opposite":
         pool_for_source, pool_for_target = mega.target, mega.source
     else:

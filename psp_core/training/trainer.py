@@ -22,7 +22,6 @@ from psp_core.inference.model import PSPModel
 from psp_core.models.bundle import BundleConfig, check_bundle_output, save_bundle
 from psp_core.models.model_card import CardFacts, model_card
 from psp_core.tokenization.tokenizer import Tokenizer, sha256_file
-from psp_core.training.candidate_memory import COUNTERS, CandidateMemory, mining_record
 from psp_core.training.checkpoint import (
     DATA_KEY,
     CheckpointStore,
@@ -93,15 +92,6 @@ def epoch_summary(record: dict) -> str:
         parts.append(f"{record['seconds']:.1f} s")
     if record.get("dev_score") is not None:
         parts.append(f"dev score {record['dev_score']:.2f}")
-    mining = record.get("mining")
-    if mining:
-        text = f"mega-batches mined exactly {mining['exact']}"
-        if mining.get("failed"):
-            text += f" ({mining['failed']} after a failed check)"
-        text += f", from remembered candidates {mining['reused']}"
-        if mining.get("sampled_agreement") is not None:
-            text += f" (sampled agreement {100 * mining['sampled_agreement']:.1f}%)"
-        parts.append(text)
     return ", ".join(parts)
 
 
@@ -124,7 +114,7 @@ def train(
     """Train a P-SP model on a training HDF5 and write a model bundle to ``output_dir``.
 
     Args:
-        data_path: the training HDF5 (DESIGN section 4).
+        data_path: the training HDF5 (docs/formats.md).
         spm_path: the sentencepiece model the file was encoded with (checked by sha256).
         output_dir: where the model bundle goes.
         config: hyperparameters (the paper's defaults when omitted).
@@ -160,257 +150,317 @@ def train(
         torch_threads(config.num_threads),
         TrainingFile(data_path) as data,
     ):
-        info = data.info
-        main = distributed.is_main
-        tokenizer = Tokenizer.from_file(
-            spm_path,
-            lowercase=lowercase,
-            pretokenizer=pretokenizer or default_pretokenizer(info.lang),
-            max_length=max_length,
+        tokenizer = _checked_tokenizer(
+            data, data_path, spm_path, pretokenizer, lowercase, max_length
         )
-        if tokenizer.sha256 != info.spm_sha256:
-            raise ValueError(
-                f"{data_path} was encoded with sentencepiece model sha256 {info.spm_sha256[:12]}..., "
-                f"but {spm_path} has {tokenizer.sha256[:12]}..."
+        run = _TrainingRun(data, tokenizer, config, store, distributed, device, on_step)
+        run.start(data_path, resume)
+        finished = run.all_epochs(dev_evaluator)
+        bundle = output_dir
+        if distributed.is_distributed:
+            log.info(
+                "rank %d final weights sha256 %s", distributed.rank, tensor_digest(run.model.weight)
             )
-        if tokenizer.vocab_size != info.vocab_size:
-            raise ValueError(
-                f"{data_path} says vocab_size {info.vocab_size}, {spm_path} has "
-                f"{tokenizer.vocab_size} pieces"
+        if distributed.is_main:
+            bundle = run.write_bundle(
+                output_dir, best_epoch=dev_evaluator is not None, overwrite=overwrite
             )
-        if len(data) == 0:
-            raise ValueError(f"{data_path} holds no pairs")
-        group_rules = tuple(
-            config.negatives_from or ("any" if kind == "paraphrase" else "opposite")
-            for kind in info.group_kinds
+            if not keep_checkpoint and finished:
+                store.remove()
+        distributed.barrier()
+    return TrainResult(bundle=bundle, state=run.state, rank=distributed.rank)
+
+
+def _checked_tokenizer(data, data_path, spm_path, pretokenizer, lowercase, max_length) -> Tokenizer:
+    """The tokenizer of ``spm_path``, refused unless it is the one the training file was
+    encoded with; an empty training file is refused too."""
+    info = data.info
+    tokenizer = Tokenizer.from_file(
+        spm_path,
+        lowercase=lowercase,
+        pretokenizer=pretokenizer or default_pretokenizer(info.lang),
+        max_length=max_length,
+    )
+    if tokenizer.sha256 != info.spm_sha256:
+        raise ValueError(
+            f"{data_path} was encoded with sentencepiece model sha256 {info.spm_sha256[:12]}..., "
+            f"but {spm_path} has {tokenizer.sha256[:12]}..."
         )
-        if info.groups:
-            # each group mines among its kind's pairs, or (negatives_within="language") its own
-            kinds = sorted(set(info.group_kinds))
-            by_language = config.negatives_within == "language"
-            group_keys = tuple(
-                index if by_language else kinds.index(kind)
-                for index, kind in enumerate(info.group_kinds)
-            )
-            negatives_from = "by kind, within the " + config.negatives_within
-        else:
-            group_keys = ()
-            negatives_from = config.negatives_from or (
-                "any" if info.kind == "paraphrase" else "opposite"
-            )
-        if config.mining_candidates and (info.groups or distributed.is_distributed):
-            raise ValueError(
-                "mining_candidates works on a one-language training file in one process; "
-                f"{data_path} "
-                + ("holds several languages" if info.groups else "is trained by several processes")
-                + ": set mining_candidates to 0"
-            )
-        fingerprint = {
+    if tokenizer.vocab_size != info.vocab_size:
+        raise ValueError(
+            f"{data_path} says vocab_size {info.vocab_size}, {spm_path} has "
+            f"{tokenizer.vocab_size} pieces"
+        )
+    if len(data) == 0:
+        raise ValueError(f"{data_path} holds no pairs")
+    return tokenizer
+
+
+def negative_rules(config: TrainConfig, info) -> tuple[tuple[str, ...], tuple[int, ...], str]:
+    """Where each pair's negatives come from: ``(group_rules, group_keys, negatives_from)``.
+
+    A one-language file mines by its kind (bitext from the opposite side, paraphrases from any
+    sentence) unless ``config.negatives_from`` says otherwise; a file of several languages mines
+    each group among its kind's pairs, or, with ``negatives_within="language"``, its own."""
+    group_rules = tuple(
+        config.negatives_from or ("any" if kind == "paraphrase" else "opposite")
+        for kind in info.group_kinds
+    )
+    if not info.groups:
+        negatives_from = config.negatives_from or (
+            "any" if info.kind == "paraphrase" else "opposite"
+        )
+        return group_rules, (), negatives_from
+    kinds = sorted(set(info.group_kinds))
+    by_language = config.negatives_within == "language"
+    group_keys = tuple(
+        index if by_language else kinds.index(kind) for index, kind in enumerate(info.group_kinds)
+    )
+    return group_rules, group_keys, "by kind, within the " + config.negatives_within
+
+
+class _TrainingRun:
+    """One training run's pieces (data, model, optimizer, schedule, checkpoints, state) and its
+    phases: :meth:`start` (a new model, or the checkpoint resumed), :meth:`all_epochs` and
+    :meth:`write_bundle`."""
+
+    def __init__(self, data, tokenizer, config, store, distributed, device, on_step) -> None:
+        self.data, self.info, self.tokenizer = data, data.info, tokenizer
+        self.config, self.store, self.distributed, self.device = config, store, distributed, device
+        self.on_step = on_step
+        self.group_rules, self.group_keys, self.negatives_from = negative_rules(config, data.info)
+        self.pairs_per_step = config.batch_size * distributed.world_size
+        self.epoch_steps = math.ceil(len(data) / self.pairs_per_step)
+        self.total_steps = self.epoch_steps * config.epochs
+        if config.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.max_steps)
+        self.schedule = MegabatchSchedule(config.max_megabatch, config.anneal_every)
+        self.progress: TrainingProgress | None = None
+
+    def start(self, data_path, resume: bool) -> None:
+        """The model and optimizer from the seed, then the checkpoint's weights, optimizer and
+        state when one is resumed (every rank resumes from the same one, or none does)."""
+        config, info, distributed = self.config, self.info, self.distributed
+        self.fingerprint = {
             **config.fingerprint(),
-            "negatives_from": negatives_from,
+            "negatives_from": self.negatives_from,
             "n_pairs": info.n_pairs,
             "spm_sha256": info.spm_sha256,
-            # the whole file's bytes (0.06 s for a million pairs): a checkpoint of the same
-            # pairs in another order must not be resumed
-            DATA_KEY: distributed.broadcast_object(sha256_file(data_path) if main else None),
+            # the whole file's bytes: a checkpoint of the same pairs in another order must not
+            # be resumed
+            DATA_KEY: distributed.broadcast_object(
+                sha256_file(data_path) if distributed.is_main else None
+            ),
         }
         if distributed.is_distributed:
             # the effective batch is batch_size x world_size: resume with the same world
-            fingerprint["world_size"] = distributed.world_size
-
+            self.fingerprint["world_size"] = distributed.world_size
         torch.manual_seed(config.seed)
-        model = MeanEmbeddingEncoder(
+        self.model = MeanEmbeddingEncoder(
             info.vocab_size,
             config.dim,
             dropout=config.dropout,
             piece_dropout=config.piece_dropout,
             sparse=config.optimizer == "sparse",
         )
-        model.reset_parameters(torch.Generator().manual_seed(config.seed))
-        model.to(device)
-        optimizer = build_optimizer(model, config.optimizer, config.lr)
-        # every rank resumes from the same checkpoint, or none does
-        if distributed.broadcast_object(resume and store.exists()):
-            state = store.restore(model.weight, optimizer, fingerprint)
-            log.info("resuming from %s at epoch %d step %d", store.latest, state.epoch, state.step)
+        self.model.reset_parameters(torch.Generator().manual_seed(config.seed))
+        self.model.to(self.device)
+        self.optimizer = build_optimizer(self.model, config.optimizer, config.lr)
+        if distributed.broadcast_object(resume and self.store.exists()):
+            self.state = self.store.restore(self.model.weight, self.optimizer, self.fingerprint)
+            log.info(
+                "resuming from %s at epoch %d step %d",
+                self.store.latest,
+                self.state.epoch,
+                self.state.step,
+            )
         else:
             if distributed.is_main:
-                store.remove()
-            state = TrainingState()
-
-        schedule = MegabatchSchedule(config.max_megabatch, config.anneal_every)
-        memory = None
-        if config.mining_candidates:
-            memory = CandidateMemory(
-                checkpoint_dir,
-                k=config.mining_candidates,
-                slot_pairs=config.max_megabatch * config.batch_size,
-                n_pairs=len(data),
-                slots=state.candidate_slots,
-                counters=state.epoch_mining,
-                seed=config.seed,
-            )
-            for name in COUNTERS:
-                state.epoch_mining.setdefault(name, 0)
-        settings = StepSettings.from_config(
+                self.store.remove()
+            self.state = TrainingState()
+        self.settings = StepSettings.from_config(
             config,
-            device=device,
-            negatives_from=negatives_from,
+            device=self.device,
+            negatives_from=self.negatives_from,
             distributed=distributed,
-            group_rules=group_rules,
-            group_keys=group_keys,
+            group_rules=self.group_rules,
+            group_keys=self.group_keys,
         )
-        pairs_per_step = config.batch_size * distributed.world_size
-        epoch_steps = math.ceil(len(data) / pairs_per_step)
-        total_steps = epoch_steps * config.epochs
-        if config.max_steps is not None:
-            total_steps = min(total_steps, config.max_steps)
+        self.set_learning_rate(self.state.step)
 
-        def set_learning_rate(step: int) -> None:
-            # over every epoch's steps: a max_steps stop resumes on the same schedule
-            rate = learning_rate_at(step, epoch_steps * config.epochs, config.lr, config.lr_decay)
-            for group in optimizer.param_groups:
-                group["lr"] = rate
+    def set_learning_rate(self, step: int) -> None:
+        # over every epoch's steps: a max_steps stop resumes on the same schedule
+        config = self.config
+        rate = learning_rate_at(step, self.epoch_steps * config.epochs, config.lr, config.lr_decay)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
 
-        set_learning_rate(state.step)
+    def step_done(self, step: int, loss: float) -> None:
+        self.set_learning_rate(step)
+        self.progress(step, loss)
+        if self.on_step is not None:
+            self.on_step(step, loss)
 
-        def step_hook(step: int, loss: float) -> None:
-            set_learning_rate(step)
-            progress(step, loss)
-            if on_step is not None:
-                on_step(step, loss)
+    def all_epochs(self, dev_evaluator: DevEvaluator | None) -> bool:
+        """Train the remaining epochs; False when ``max_steps`` stopped the run first (its
+        checkpoint saved)."""
+        while self.state.epoch < self.config.epochs:
+            if not self.epoch(dev_evaluator):
+                return False
+        return True
 
-        stopped_early = False
-        while state.epoch < config.epochs and not stopped_early:
-            stream = EpochStream(
-                data,
-                seed=config.seed,
-                # remembered candidates keep each mega-batch's pairs: every epoch reads the
-                # first epoch's order (each mega-batch's mini-batches reshuffled instead)
-                epoch=0 if memory is not None else state.epoch,
-                block_size=config.shuffle_block,
-                start=state.position,
-            )
-            progress = TrainingProgress(
-                epoch=state.epoch,
-                epochs=config.epochs,
-                first_step=state.step,
-                epoch_steps=epoch_steps,
-                total_steps=total_steps,
-                pairs_per_step=pairs_per_step,
-                megabatch_at=schedule.size_at,
-                every=config.log_every if main else 0,
-                seconds=config.log_seconds if main else 0.0,
-            )
-            last_checkpoint = state.step
-            # the epoch's clock, counting the seconds it ran before a resume
-            epoch_started = progress.started - state.epoch_seconds
-            while True:
-                if config.max_steps is not None and state.step >= config.max_steps:
-                    stopped_early = True
-                    break
-                mega = stream.take(
-                    schedule.size_at(state.step) * config.batch_size * distributed.world_size
-                )
-                if len(mega) == 0:
-                    break
-                shard = _shard(mega, distributed)
-                miner = order = None
-                slot = memory.slot_of(state.position, len(mega)) if memory is not None else None
-                if slot is not None:
-                    chunk = config.mining_chunk_rows
-                    miner = memory.miner(slot, state.epoch, negatives_from, chunk)
-                    order = memory.order(slot, state.epoch, len(mega))
-                if len(shard) > 0:
-                    losses = train_megabatch(
-                        model,
-                        optimizer,
-                        shard,
-                        settings,
-                        first_step=state.step,
-                        on_step=step_hook,
-                        miner=miner,
-                        order=order,
-                    )
-                    for loss in losses:  # in order: a resumed epoch adds up the same way
-                        state.epoch_loss_sum += loss
-                    state.epoch_loss_count += len(losses)
-                    state.step += len(losses)
-                state.position += len(mega)
-                if (
-                    config.checkpoint_every
-                    and state.step - last_checkpoint >= config.checkpoint_every
-                ):
-                    state.epoch_seconds = time.perf_counter() - epoch_started
-                    _save(store, distributed, model, optimizer, state, fingerprint, memory)
-                    last_checkpoint = state.step
-            if stopped_early:
-                state.epoch_seconds = time.perf_counter() - epoch_started
-                _save(store, distributed, model, optimizer, state, fingerprint, memory)
+    def epoch(self, dev_evaluator: DevEvaluator | None) -> bool:
+        """Train the rest of the current epoch, mega-batch by mega-batch, with a checkpoint
+        every ``checkpoint_every`` steps; then record it. False when ``max_steps`` was
+        reached (the checkpoint saved, the epoch not recorded)."""
+        config, state, distributed = self.config, self.state, self.distributed
+        stream = EpochStream(
+            self.data,
+            seed=config.seed,
+            epoch=state.epoch,
+            block_size=config.shuffle_block,
+            start=state.position,
+        )
+        main = distributed.is_main
+        self.progress = TrainingProgress(
+            epoch=state.epoch,
+            epochs=config.epochs,
+            first_step=state.step,
+            epoch_steps=self.epoch_steps,
+            total_steps=self.total_steps,
+            pairs_per_step=self.pairs_per_step,
+            megabatch_at=self.schedule.size_at,
+            every=config.log_every if main else 0,
+            seconds=config.log_seconds if main else 0.0,
+        )
+        last_checkpoint = state.step
+        # the epoch's clock, counting the seconds it ran before a resume
+        started = self.progress.started - state.epoch_seconds
+        while True:
+            if config.max_steps is not None and state.step >= config.max_steps:
+                state.epoch_seconds = time.perf_counter() - started
+                self.save()
+                return False
+            size = self.schedule.size_at(state.step) * config.batch_size * distributed.world_size
+            mega = stream.take(size)
+            if len(mega) == 0:
                 break
-            count = state.epoch_loss_count
-            elapsed = time.perf_counter() - epoch_started
-            record = {
-                "epoch": state.epoch,
-                "steps": state.step,
-                "loss": state.epoch_loss_sum / count if count else None,
-                "pairs_per_second": count * pairs_per_step / max(elapsed, 1e-9) if count else None,
-                "seconds": round(elapsed, 3),
-            }
-            if memory is not None:
-                record["mining"] = mining_record(state.epoch_mining)
-            if dev_evaluator is not None:
-                # evaluated on rank 0; all ranks keep the same best-epoch bookkeeping
-                score = None
-                if main:
-                    score = float(dev_evaluator(_snapshot(model, tokenizer, info, config)))
-                score = distributed.broadcast_object(score)
-                record["dev_score"] = score
-                if state.best_score is None or score > state.best_score:
-                    state.best_score, state.best_epoch = score, state.epoch
-                    if main:
-                        store.save_best(model.weight, state.epoch, score)
-            if main:
-                log.info("%s", epoch_summary(record))
-                log.info("end of %s", progress.line(state.step))
-            state.history.append(record)
-            state.epoch += 1
-            state.position = 0
-            state.epoch_loss_sum, state.epoch_loss_count, state.epoch_seconds = 0.0, 0, 0.0
-            for name in state.epoch_mining:
-                state.epoch_mining[name] = 0
-            _save(store, distributed, model, optimizer, state, fingerprint, memory)
+            self.megabatch(mega)
+            if config.checkpoint_every and state.step - last_checkpoint >= config.checkpoint_every:
+                state.epoch_seconds = time.perf_counter() - started
+                self.save()
+                last_checkpoint = state.step
+        self.end_epoch(time.perf_counter() - started, dev_evaluator)
+        return True
 
-        bundle = output_dir
-        if distributed.is_distributed:
-            log.info(
-                "rank %d final weights sha256 %s", distributed.rank, tensor_digest(model.weight)
+    def megabatch(self, mega: PairBatch) -> None:
+        state = self.state
+        shard = _shard(mega, self.distributed)
+        if len(shard) > 0:
+            losses = train_megabatch(
+                self.model,
+                self.optimizer,
+                shard,
+                self.settings,
+                first_step=state.step,
+                on_step=self.step_done,
             )
-        if main:
-            weights = model.weight.detach().cpu()
-            if dev_evaluator is not None and state.best_epoch is not None:
-                weights = store.load_best()
-            summary = _training_summary(info, config, state, negatives_from, distributed)
-            summary["device"] = str(device)
-            bundle_config = _bundle_config(tokenizer, info, config, summary)
-            seconds = sum(float(h.get("seconds") or 0.0) for h in state.history)
-            facts = CardFacts(
-                name=f"psp-{info.lang}",
-                training={"device": str(device), "seconds": seconds or None},
-            )
-            card = model_card(bundle_config, facts)
-            bundle = save_bundle(
-                output_dir,
-                weights.numpy(),
-                tokenizer.model_proto,
-                bundle_config,
-                card,
-                overwrite=overwrite,
-            )
-            if not keep_checkpoint and not stopped_early:
-                store.remove()
-        distributed.barrier()
-    return TrainResult(bundle=bundle, state=state, rank=distributed.rank)
+            for loss in losses:  # in order: a resumed epoch adds up the same way
+                state.epoch_loss_sum += loss
+            state.epoch_loss_count += len(losses)
+            state.step += len(losses)
+        state.position += len(mega)
+
+    def end_epoch(self, elapsed: float, dev_evaluator: DevEvaluator | None) -> None:
+        """The epoch's record (mean loss, pairs/s, seconds, dev score), the best epoch kept,
+        the log line, and the checkpoint of the next epoch's start."""
+        state, distributed = self.state, self.distributed
+        count = state.epoch_loss_count
+        record = {
+            "epoch": state.epoch,
+            "steps": state.step,
+            "loss": state.epoch_loss_sum / count if count else None,
+            "pairs_per_second": count * self.pairs_per_step / max(elapsed, 1e-9) if count else None,
+            "seconds": round(elapsed, 3),
+        }
+        if dev_evaluator is not None:
+            # evaluated on rank 0; all ranks keep the same best-epoch bookkeeping
+            score = None
+            if distributed.is_main:
+                score = float(dev_evaluator(self.snapshot()))
+            score = distributed.broadcast_object(score)
+            record["dev_score"] = score
+            if state.best_score is None or score > state.best_score:
+                state.best_score, state.best_epoch = score, state.epoch
+                if distributed.is_main:
+                    self.store.save_best(self.model.weight, state.epoch, score)
+        if distributed.is_main:
+            log.info("%s", epoch_summary(record))
+            log.info("end of %s", self.progress.line(state.step))
+        state.history.append(record)
+        state.epoch += 1
+        state.position = 0
+        state.epoch_loss_sum, state.epoch_loss_count, state.epoch_seconds = 0.0, 0, 0.0
+        self.save()
+
+    def save(self) -> None:
+        """Rank 0 writes the checkpoint (the replicas are identical); the others wait for it."""
+        if self.distributed.is_main:
+            self.store.save(self.model.weight, self.optimizer, self.state, self.fingerprint)
+        self.distributed.barrier()
+
+    def snapshot(self) -> PSPModel:
+        """The model as it is now, for a dev evaluation (shares the weights, no copy on CPU)."""
+        weights = self.model.weight.detach().cpu().numpy()
+        return PSPModel(self.tokenizer, weights, self.bundle_config())
+
+    def bundle_config(self, training: dict | None = None) -> BundleConfig:
+        tokenizer, info = self.tokenizer, self.info
+        return BundleConfig(
+            dim=self.config.dim,
+            vocab_size=tokenizer.vocab_size,
+            spm_sha256=tokenizer.sha256,
+            lowercase=tokenizer.lowercase,
+            pretokenizer=tokenizer.pretokenizer_name,
+            max_length=tokenizer.max_length,
+            languages=languages_of(info.lang, info.kind, info.groups),
+            training=training or {},
+        )
+
+    def write_bundle(self, output_dir: Path, *, best_epoch: bool, overwrite: bool) -> Path:
+        """The bundle of the final weights, or of the best epoch's when a dev score chose one,
+        with its model card."""
+        state = self.state
+        weights = self.model.weight.detach().cpu()
+        if best_epoch and state.best_epoch is not None:
+            weights = self.store.load_best()
+        summary = {
+            "config": self.config.to_dict(),
+            "world_size": self.distributed.world_size,
+            "negatives_from": self.negatives_from,
+            "data": asdict(self.info),
+            "epochs_completed": state.epoch,
+            "steps": state.step,
+            "best_epoch": state.best_epoch,
+            "best_score": state.best_score,
+            "history": state.history,
+            "device": str(self.device),
+        }
+        bundle_config = self.bundle_config(summary)
+        seconds = sum(float(h.get("seconds") or 0.0) for h in state.history)
+        facts = CardFacts(
+            name=f"psp-{self.info.lang}",
+            training={"device": str(self.device), "seconds": seconds or None},
+        )
+        card = model_card(bundle_config, facts)
+        return save_bundle(
+            output_dir,
+            weights.numpy(),
+            self.tokenizer.model_proto,
+            bundle_config,
+            card,
+            overwrite=overwrite,
+        )
 
 
 def _shard(mega: PairBatch, distributed: DistributedContext) -> PairBatch:
@@ -423,46 +473,3 @@ def _shard(mega: PairBatch, distributed: DistributedContext) -> PairBatch:
         return mega
     size = len(mega) // distributed.world_size
     return mega.slice(distributed.rank * size, (distributed.rank + 1) * size)
-
-
-def _save(store, distributed, model, optimizer, state, fingerprint, memory=None) -> None:
-    """Rank 0 writes the checkpoint (the replicas are identical); the others wait for it.
-    Remembered candidates reach the disk first: the state written names them."""
-    if memory is not None:
-        memory.flush()
-    if distributed.is_main:
-        store.save(model.weight, optimizer, state, fingerprint)
-    distributed.barrier()
-
-
-def _bundle_config(tokenizer, info, config, training=None) -> BundleConfig:
-    return BundleConfig(
-        dim=config.dim,
-        vocab_size=tokenizer.vocab_size,
-        spm_sha256=tokenizer.sha256,
-        lowercase=tokenizer.lowercase,
-        pretokenizer=tokenizer.pretokenizer_name,
-        max_length=tokenizer.max_length,
-        languages=languages_of(info.lang, info.kind, info.groups),
-        training=training or {},
-    )
-
-
-def _training_summary(info, config, state, negatives_from, distributed) -> dict:
-    return {
-        "config": config.to_dict(),
-        "world_size": distributed.world_size,
-        "negatives_from": negatives_from,
-        "data": asdict(info),
-        "epochs_completed": state.epoch,
-        "steps": state.step,
-        "best_epoch": state.best_epoch,
-        "best_score": state.best_score,
-        "history": state.history,
-    }
-
-
-def _snapshot(model, tokenizer, info, config) -> PSPModel:
-    """The model as it is now, for a dev evaluation (shares the weights, no copy on CPU)."""
-    weights = model.weight.detach().cpu().numpy()
-    return PSPModel(tokenizer, weights, _bundle_config(tokenizer, info, config))

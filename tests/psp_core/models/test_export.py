@@ -171,6 +171,26 @@ def test_bpe_sentencepiece_model_is_refused_naming_the_model_type(tmp_path, toy)
         build_tokenizer(proto.getvalue())
 
 
+def test_a_sentencepiece_model_that_splits_digits_is_refused(toy):
+    """The exported tokenizer would keep numbers whole where sentencepiece splits them."""
+    _skip_without("tokenizers")
+    import io
+
+    import sentencepiece as spm
+
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([s.lower() for pair in toy.pairs(500) for s in pair]),
+        model_writer=proto,
+        vocab_size=200,
+        split_digits=True,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    with pytest.raises(ExportError, match="split_digits"):
+        build_tokenizer(proto.getvalue())
+
+
 def test_unknown_format_is_refused(tmp_path, bundle):
     with pytest.raises(ValueError, match="unknown export format 'onnx'"):
         export_model(bundle, "onnx", tmp_path / "out")

@@ -190,6 +190,30 @@ def test_a_checkpoint_of_an_earlier_release_resumes_at_the_settings_it_had(
     assert resumed.state.step > 3  # went on from step 3
 
 
+def test_a_checkpoint_holding_a_removed_setting_resumes_only_at_its_neutral_value(
+    tmp_path, toy_training_file, spm_path
+):
+    """A checkpoint of a release that had a setting since removed resumes when the setting held
+    the value that trains as the code does now, and is refused otherwise; state it kept for
+    the removed setting is ignored."""
+    config = TrainConfig(**QUICK, epochs=1, max_steps=3)
+    train(toy_training_file, spm_path, tmp_path / "m", config)
+    state_file = CheckpointStore(tmp_path / "m.checkpoint").latest / "state.json"
+    original = json.loads(state_file.read_text())
+    for name, neutral in TrainConfig.REMOVED.items():
+        payload = json.loads(json.dumps(original))
+        payload["fingerprint"][name] = neutral + 1
+        state_file.write_text(json.dumps(payload))
+        with pytest.raises(CheckpointMismatchError, match=name):
+            train(toy_training_file, spm_path, tmp_path / "m", TrainConfig(**QUICK, epochs=1))
+    payload = json.loads(json.dumps(original))
+    payload["fingerprint"].update(TrainConfig.REMOVED)
+    payload["state"]["candidate_slots"] = {"0": [0, 1]}
+    state_file.write_text(json.dumps(payload))
+    resumed = train(toy_training_file, spm_path, tmp_path / "m", TrainConfig(**QUICK, epochs=1))
+    assert resumed.state.step > 3  # went on from step 3
+
+
 def test_piece_dropout_trains_another_model_from_the_same_seed(
     tmp_path, toy_training_file, spm_path
 ):

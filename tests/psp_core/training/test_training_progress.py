@@ -106,8 +106,3 @@ def test_the_epoch_line_is_words_not_a_dict() -> None:
         "epoch 3 done at step 1,865, loss 0.5123, 2,631 pairs/s, 36.2 s, dev score 82.41"
     )
     assert epoch_summary({"epoch": 0, "steps": 14, "loss": None}) == "epoch 1 done at step 14"
-    mining = {"exact": 3, "failed": 1, "reused": 5, "sampled_agreement": 0.9912}
-    assert epoch_summary({"epoch": 1, "steps": 20, "mining": mining}) == (
-        "epoch 2 done at step 20, mega-batches mined exactly 3 (1 after a failed check), "
-        "from remembered candidates 5 (sampled agreement 99.1%)"
-    )

@@ -25,7 +25,6 @@ import torch
 
 from psp_core import TrainConfig, load_model, train
 from psp_core.tokenization.tokenizer import flatten_id_lists
-from psp_core.training.candidate_mining import rescore, top_candidates
 from psp_core.training.data import PairBatch
 from psp_core.training.encoder import MeanEmbeddingEncoder
 from psp_core.training.optim import build_optimizer
@@ -235,7 +234,6 @@ class Variant:
     screen: bool | None = None  # None: the trainer's default for mining_dtype="float32"
     chunk_rows: int = 512
     optimizer: str = "sparse"
-    remembered: bool = False  # negatives re-scored among remembered candidates (k = 3)
 
 
 VARIANTS = {
@@ -246,7 +244,6 @@ VARIANTS = {
     "float32-screened-chunked": Variant(screen=True, chunk_rows=3),
     "bfloat16": Variant(dtype=torch.bfloat16),
     "dense-adam": Variant(optimizer="dense"),
-    "remembered-candidates": Variant(remembered=True),
 }
 
 
@@ -273,14 +270,6 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
         mining_screen=variant.screen,
         device=torch.device("cpu"),
     )
-    miner = None
-    if variant.remembered:
-
-        def miner(*embeddings_and_hashes):
-            rule = case.negatives_from
-            lists = top_candidates(*embeddings_and_hashes, negatives_from=rule, k=3)
-            return rescore(*embeddings_and_hashes, lists, negatives_from=rule)
-
     weights = [model.weight.detach().clone()]
 
     def keep_weights(step, loss):
@@ -289,7 +278,7 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
     times = PhaseTimes()  # timed (benchmarks/train_profile.py): the same steps
     losses = train_megabatch(
         model, optimizer, case.mega_batch(), settings, first_step=0, on_step=keep_weights,
-        times=times, miner=miner,
+        times=times,
     )  # fmt: skip
     phases = {"encode", "hashes", "mine", "assemble", "forward", "backward", "optimizer"}
     assert set(times.seconds) == phases and all(v > 0 for v in times.seconds.values())
