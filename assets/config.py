@@ -43,7 +43,7 @@ class RawPairsConfig(StageConfig):
 class LanguageIdConfig(StageConfig):
     threshold: float | None = Field(
         default=None,
-        description="Use the old 'threshold' rule instead of the registry's: keep a pair only "
+        description="Use the 'threshold' rule instead of the registry's: keep a pair only "
         "when both sides are their language with at least this lid.176 probability (null: the "
         "registry's rule, by default 'other_language' for bitext, 'top_label' for ParaNMT).",
     )
@@ -102,14 +102,15 @@ class TrainingConfig(StageConfig):
     dropout: float | None = Field(
         default=None,
         description="Dropout on piece embeddings (paper tunes 0, 0.1, 0.3). On a CPU any "
-        "dropout trains 3-5x slower (every piece vector is masked; benchmarks/README.md).",
+        "dropout trains much slower (every piece vector is masked; "
+        "benchmarks/RESULTS.md#train-speed).",
     )
     piece_dropout: float | None = Field(
         default=None,
         description="Probability that a whole piece is left out of its sentence's mean while "
         "training (word dropout; every sentence keeps one piece). No cost in speed. Null: the "
-        "profile's, else 0 (the paper's; every profile keeps 0: on the dev suite 0.1-0.2 raises "
-        "English STS and lowers held-back retrieval, benchmarks/README.md).",
+        "profile's, else 0 (the paper's; every profile keeps 0: on the dev suite it raises "
+        "English STS and lowers held-back retrieval, benchmarks/RESULTS.md#train-variants).",
     )
     lr: float | None = Field(
         default=None,
@@ -119,8 +120,8 @@ class TrainingConfig(StageConfig):
     lr_decay: str | None = Field(
         default=None,
         description="'constant' (the paper's: lr throughout) or 'linear' (from lr down to 0 "
-        "over the run's epochs; benchmarks/README.md, issue 29). Null: the profile's (the demo's "
-        "multilingual model: linear), else constant.",
+        "over the run's epochs; benchmarks/RESULTS.md#train-variants). Null: the profile's "
+        "(the demo's multilingual model: linear), else constant.",
     )
     matryoshka_dims: list[int] | None = Field(
         default=None,
@@ -173,18 +174,17 @@ class MultiTrainingConfig(TrainingConfig):
         default=None,
         description="STS file (relative to the evaluation data directory) for model "
         "selection; the best epoch is kept. Null (the multilingual model's default) keeps the "
-        "last epoch: STS 2017 en-en, the paper's English dev set, picked the first or second "
-        "of 3 epochs, below the last on held-back retrieval in 6 of 8 languages "
-        "(benchmarks/README.md, multi_model.py).",
+        "last epoch: STS 2017 en-en, the paper's English dev set, picks an early epoch, below "
+        "the last on held-back retrieval in most languages (benchmarks/RESULTS.md#multi-model).",
     )
     select_on_dev_suite: bool = Field(
         default=False,
-        description="Keep the epoch with the best dev-suite mean (scored after each epoch, about "
-        "2.5 s with the 8 shared languages' held-back pairs: STS 2017 en-en, STS-B dev and the mean retrieval accuracy on the held-back "
-        "pairs of every language, each a third). Off by default: with the demo profile's 5 "
-        "epochs the mean cannot tell epoch 2 from 5 (86.2738 against 86.2775) and keeps the "
-        "last, the model kept without it (benchmarks/README.md, multi_model.py); worth "
-        "turning on for long runs (the paper profile's 25 epochs).",
+        description="Keep the epoch with the best dev-suite mean (scored after each epoch: "
+        "STS 2017 en-en, STS-B dev and the mean retrieval accuracy on the held-back pairs of "
+        "every language, each a third). Off by default: over the demo profile's 5 epochs the "
+        "mean barely moves after the first few and keeps the last, the model kept without it "
+        "(benchmarks/RESULTS.md#multi-model); worth turning on for long runs (the paper "
+        "profile's 25 epochs).",
     )
 
 
@@ -203,7 +203,7 @@ class EvaluationConfig(StageConfig):
     )
     speed_repeats: int | None = Field(
         default=None,
-        description="Repeats of the embedding-speed measurement; the median is reported "
+        description="Repeats of the embedding-speed measurement; the best is reported "
         "(null: the profile's; paper 3, demo and smoke 1).",
     )
 

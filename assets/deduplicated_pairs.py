@@ -76,7 +76,8 @@ def deduplicated_pairs(
     upstream = stage.upstream("length_filtered_pairs")
     caps = {corpus.name: corpus.cap for corpus in spec.corpora if corpus.cap is not None}
     segment = spec.pretokenizer != "none"
-    # (the key of an unsegmented language is as before the unsegmented output existed)
+    # (only a segmented language's key names the unsegmented output: an unsegmented language's
+    # key, and so its output on disk, stays valid)
     kept = {"keeps_unsegmented": True} if segment else {}
     key = fingerprint(
         stage=stage.name,

@@ -54,9 +54,9 @@ def langid_filtered_pairs(
 ) -> MaterializeResult:
     """Drop pairs with a side in another language than the pair's, by the language's rule.
 
-    The rule is the registry's (``FilterSettings.langid_rule(kind)``: ``other_language`` for
-    bitext, ``top_label`` for ParaNMT, by default); a run config ``threshold`` selects the
-    ``threshold`` rule with that minimum probability instead.
+    The rule is the registry's (`FilterSettings.langid_rule(kind)`: `other_language` for
+    bitext, `top_label` for ParaNMT, by default); a run config `threshold` selects the
+    `threshold` rule with that minimum probability instead.
     """
     config = op_config(context, LanguageIdConfig)
     spec = load_registry()[context.partition_key]

@@ -72,7 +72,7 @@ class FilterSettings:
     when another language has p >= ``langid_other_p`` and its own p < ``langid_own_p``; the
     paper applies no language ID to bitext), ``top_label`` for ParaNMT (the reference's: the
     top label is English on both sides). ``langid_threshold`` is the ``threshold`` rule's
-    minimum probability (the rule before issue 13)."""
+    minimum probability (a plain confidence cut)."""
 
     bitext_langid_rule: str = "other_language"
     paraphrase_langid_rule: str = "top_label"
@@ -167,8 +167,8 @@ class LanguageSpec:
 
 #: the multilingual model's code: its stages' directory and its name (never a language code)
 MULTI = "multi"
-#: temperature sampling's exponent: p ∝ n^alpha, chosen on the dev suite (benchmarks/README.md,
-#: "multi_model.py": 0.5 had the best dev mean, 86.22 against 86.05 for 0.3 and 85.93 for 1.0)
+#: temperature sampling's exponent: p ∝ n^alpha, chosen on the dev suite, where 0.5 had the
+#: best dev mean of the values tried (benchmarks/RESULTS.md#multi-model)
 DEFAULT_SAMPLING_ALPHA = 0.5
 _MULTI_KEYS = {
     "languages",

@@ -25,8 +25,8 @@ from assets.stage import Manifest, Stage, fingerprint
 from psp_core.evaluation import EvaluationPlan, evaluate_model, plan_for_language
 from psp_core.evaluation.results import PAPER_STS_MEAN
 
-CODE_VERSION = "4"  # 4: STS-B train no longer evaluated (training data, not a result)
-#: the paper profile's repeats of the speed measurement (the median is reported)
+CODE_VERSION = "4"  # 4: STS-B train is not evaluated (training data, not a result)
+#: the paper profile's repeats of the speed measurement (the best is reported)
 PAPER_SPEED_REPEATS = 3
 
 
@@ -75,7 +75,7 @@ def model_evaluation(
     profile: ProfileResource,
 ) -> MaterializeResult:
     """Evaluate the language's model on the evaluation data directory: by default the paper's
-    suites for the language (``psp_core.evaluation.plan_for_language``)."""
+    suites for the language (`psp_core.evaluation.plan_for_language`)."""
     config = op_config(context, EvaluationConfig)
     spec = load_registry()[context.partition_key]
     return build_evaluation(

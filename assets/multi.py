@@ -121,7 +121,7 @@ def languages_table(record: dict) -> MetadataValue:
     ],
 )
 def multi_pairs(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
-    """Every ``[multi]`` language's deduplicated pairs, temperature-sampled into one file with
+    """Every `[multi]` language's deduplicated pairs, temperature-sampled into one file with
     each pair's language, pre-tokenized with the multilingual pre-tokenizer."""
     config = op_config(context, MultiPairsConfig)
     multi = load_registry().multi
@@ -279,7 +279,7 @@ def multi_psp_model(
     profile: ProfileResource,
 ) -> MaterializeResult:
     """Train the multilingual model: hard negatives from the whole mega-batch whatever their
-    language (each pair by its kind's rule), unless ``negatives_within: language``."""
+    language (each pair by its kind's rule), unless `negatives_within: language`."""
     config = op_config(context, MultiTrainingConfig)
     spec = load_registry().multi.as_language()
     return build_model(

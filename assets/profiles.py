@@ -1,7 +1,7 @@
 """Profiles: one run setting that picks the cost of a whole language run.
 
 ``smoke`` checks that everything runs (a tiny model, seconds of training), ``demo`` gives a
-usable model on the shared data in minutes on 2 CPU cores, ``paper`` is the paper's settings
+usable model on the shared data in minutes on a CPU, ``paper`` is the paper's settings
 (the registry's values: vocabulary 50,000, dim 1024, 25 epochs) for users with the data and a
 GPU, and the weekly schedule's profile.
 
@@ -29,7 +29,7 @@ class Profile(StrEnum):
 
 
 #: per profile, per asset, the config values it sets (unset: the registry's, i.e. the paper's).
-#: Costs on 2 CPU cores are measured by benchmarks/profile_costs.py (table in benchmarks/README).
+#: What each costs on a CPU: benchmarks/RESULTS.md#profile-costs.
 PROFILE_SETTINGS: MappingProxyType[Profile, dict[str, dict[str, Any]]] = MappingProxyType(
     {
         # a tiny model: checks that every stage runs, not what it learns
@@ -61,27 +61,26 @@ PROFILE_SETTINGS: MappingProxyType[Profile, dict[str, dict[str, Any]]] = Mapping
             "psp_model": {"epochs": 1, "lr": 0.05},
             "model_evaluation": {"speed_repeats": 1},
             # the multilingual model keeps the paper's shared 50k vocabulary (the registry's)
-            # and trains longer: every language's pairs, within 15 minutes on 2 cores (5
-            # epochs: 11 min 08 s from a fresh clone; benchmarks/README.md, multi_model.py),
-            # the rate decaying linearly to 0: a better dev mean at no cost in time (dropout
-            # 0.1 adds a little more but trains 3-5x slower on a CPU; benchmarks/README.md,
-            # train_variants.py)
+            # and trains longer: every language's pairs, 5 epochs to stay within 15 minutes on
+            # 2 cores (benchmarks/RESULTS.md#multi-model), the rate decaying linearly to 0: a
+            # better dev mean at no cost in time (dropout 0.1 adds a little more,
+            # benchmarks/RESULTS.md#train-variants, but trains much slower on a CPU,
+            # benchmarks/RESULTS.md#train-speed)
             "multi_psp_model": {"epochs": 5, "lr": 0.05, "lr_decay": "linear"},
         },
         Profile.paper: {},
     }
 )
 
-#: what the job descriptions and the launchpad say each profile costs (whole language job,
-#: 2 CPU cores, the shared data; measured by benchmarks/profile_costs.py)
+#: what the job descriptions and the launchpad say each profile costs (whole language job, a
+#: CPU, the shared data), in orders of magnitude; the measured costs:
+#: benchmarks/RESULTS.md#profile-costs
 PROFILE_COSTS = {
-    Profile.smoke: "under a minute per language, to check that every stage runs: a toy model "
-    "(dim 32, vocabulary 500) whose scores mean nothing",
-    Profile.demo: "about a minute per language (two for German), a usable model: dim 1024, "
-    "vocabulary 20,000, one epoch (de: STS 2012-2014 62.8 / 52.6 / 70.1)",
-    Profile.paper: "2 to 9 minutes per language on the shared data (25 epochs, measured: "
-    "2,700-6,600 pairs/s), hours on millions of pairs (at most 1.8 hours per million pairs "
-    "on 2 cores): meant for a GPU",
+    Profile.smoke: "minutes at most, to check that every stage runs: a toy model (dim 32, "
+    "vocabulary 500) whose scores mean nothing",
+    Profile.demo: "minutes per language, a usable model: dim 1024, vocabulary 20,000, one epoch",
+    Profile.paper: "the paper's settings (vocabulary 50,000, 25 epochs): minutes per language "
+    "on the shared data, hours on millions of pairs: meant for a GPU",
 }
 
 
@@ -90,7 +89,7 @@ def profile_summary() -> str:
 
 
 class ProfileResource(ConfigurableResource):
-    """The run's profile (``PSP_PROFILE`` sets the code location's default, else ``paper``)."""
+    """The run's profile (`PSP_PROFILE` sets the code location's default, else `paper`)."""
 
     name: Profile = Field(
         default=Profile.paper,

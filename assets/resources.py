@@ -43,8 +43,8 @@ def version_key(version: str) -> tuple:
 class StorageResource(ConfigurableResource):
     """The storage root: every asset's files, the download cache and the inboxes live under it.
 
-    Layout: ``{root}/{lang}/{stage}/`` per asset partition, ``{root}/cache/`` for downloads,
-    ``{root}/inbox/{lang}/`` for bitext a user drops in.
+    Layout: `{root}/{lang}/{stage}/` per asset partition, `{root}/cache/` for downloads,
+    `{root}/inbox/{lang}/` for bitext a user drops in.
     """
 
     root: str
@@ -99,7 +99,7 @@ class DownloadResource(ConfigurableResource, NullMeansDefault):
 class OpusResource(DownloadResource):
     """The OPUS API and its zip downloads (mirrors and loopback servers via the base URLs).
 
-    ``api_base`` unset (null) is OPUS's public API; the code location leaves it unset when no
+    `api_base` unset (null) is OPUS's public API; the code location leaves it unset when no
     language of its registry downloads from OPUS, so an offline setup shows no internet URL.
     """
 
@@ -158,7 +158,7 @@ class OpusResource(DownloadResource):
 
 
 class ParaNmtResource(DownloadResource):
-    """ParaNMT-50M: an http(s) URL of ``para-nmt-50m.zip`` or a local zip/.txt/.txt.gz path
+    """ParaNMT-50M: an http(s) URL of `para-nmt-50m.zip` or a local zip/.txt/.txt.gz path
     (unset, null: the public download; left unset when no language of the registry reads
     ParaNMT)."""
 
@@ -182,7 +182,7 @@ class ParaNmtResource(DownloadResource):
 
 
 class LanguageIdResource(ConfigurableResource):
-    """fastText ``lid.176``: ``model_path`` to a ``.bin``/``.ftz``, or None for the bundled ftz."""
+    """fastText `lid.176`: `model_path` to a `.bin`/`.ftz`, or None for the bundled ftz."""
 
     model_path: str | None = None
 
@@ -199,7 +199,7 @@ DEFAULT_MAX_WORKERS = 8
 class ComputeResource(ConfigurableResource, NullMeansDefault):
     """Where and how wide to compute: torch device, torch threads, data-op worker processes,
     and how many trainings may run at once on this machine (file-lock slots under the storage
-    root, on top of the ``psp_training`` pool)."""
+    root, on top of the `psp_training` pool)."""
 
     device: str | None = null_default("auto", "cpu, cuda, mps or auto.")
     threads: int | None = None
@@ -217,8 +217,8 @@ class ComputeResource(ConfigurableResource, NullMeansDefault):
 
 
 class EvaluationDataResource(ConfigurableResource):
-    """The evaluation datasets directory (the layout of ``shared/data/eval``: ``sts/``,
-    ``sts17/``, ``stsb/``, ``tatoeba/``); fetch it once with ``psp fetch-eval-data``."""
+    """The evaluation datasets directory (`sts/`, `sts17/`, `stsb/`, `tatoeba/`, laid out as
+    docs/evaluation.md says); fetch it once with `psp fetch-eval-data`."""
 
     eval_dir: str
 

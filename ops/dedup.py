@@ -39,8 +39,8 @@ def _lowercase_mismatch_pattern() -> str:
     """RE2 class of the characters whose Arrow lowercase differs from Python's ``str.lower``.
 
     Arrow (utf8proc) uses simple case mapping and a newer Unicode version; Python maps e.g.
-    ``İ`` to ``i̇`` and a word-final ``Σ`` to ``ς``. Computed once per process, about 0.1 s:
-    see :func:`_lowercase_mismatches`.
+    ``İ`` to ``i̇`` and a word-final ``Σ`` to ``ς``. Computed once per process: see
+    :func:`_lowercase_mismatches`.
     """
     differing = _lowercase_mismatches()
     differing.add(0x03A3)  # Σ: Python lowercases it by context (final sigma)

@@ -99,7 +99,7 @@ def _init_worker(model_proto: bytes, settings: dict) -> None:
 
     ``gc.freeze()`` first: the objects inherited from the parent (torch and all) then stay out
     of the worker's collections, which would otherwise write to their headers and so copy
-    their pages from the parent (measured: about 40 MiB less per worker)."""
+    their pages from the parent."""
     global _worker_tokenizer
     gc.freeze()
     _worker_tokenizer = Tokenizer(model_proto, num_threads=1, **settings)
@@ -108,8 +108,8 @@ def _init_worker(model_proto: bytes, settings: dict) -> None:
 def _encode_in_worker(columns: tuple[pa.Array, pa.Array]) -> tuple[TokenBatch, TokenBatch]:
     """Encode one batch in a worker. Each side in its own call: one thread gains nothing from a
     single call, and holding one side's Python id lists at a time lowers the worker's peak
-    memory (about 60 MiB at 32k pairs). Ids come back as int32, what the HDF5 stores: half
-    the bytes to send of the tokenizer's int64."""
+    memory. Ids come back as int32, what the HDF5 stores: half the bytes to send of the
+    tokenizer's int64."""
     assert _worker_tokenizer is not None, "_init_worker did not run"
     src, tgt = columns
     return _encode_compact(_worker_tokenizer, src), _encode_compact(_worker_tokenizer, tgt)

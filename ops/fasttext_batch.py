@@ -1,9 +1,8 @@
 """Batched fastText prediction in numpy for supervised hierarchical-softmax models (``lid.176``).
 
 fastText's ``predict`` spends most of its time on each token's character n-grams: it builds and
-hashes every n-gram of every out-of-vocabulary token, in every line, again and again (about
-12 µs per news-length line on one core). Text repeats its tokens, so :class:`BatchPredictor`
-does that work once per distinct token instead:
+hashes every n-gram of every out-of-vocabulary token, in every line, again and again. Text
+repeats its tokens, so :class:`BatchPredictor` does that work once per distinct token instead:
 
 * tokens: the line split on fastText's whitespace (Arrow ``ascii_split_whitespace``: space,
   ``\\t \\n \\v \\f \\r``), each distinct token of a batch once (Arrow ``dictionary_encode``);
@@ -106,7 +105,7 @@ class BatchPredictor:
         model: a loaded fastText supervised model with a hierarchical-softmax output, word
             n-grams 1 and a dense output matrix (see :func:`batch_predictor`).
         subwords: computes the subword ids of new tokens a batch at a time; None asks
-            fastText's ``getSubwords`` one token at a time (about 4x slower).
+            fastText's ``getSubwords`` one token at a time (slower).
         max_cached_tokens: distinct tokens kept between batches.
     """
 

@@ -4,10 +4,10 @@ Freed memory is not returned to the OS by default: Arrow's allocator (mimalloc o
 keeps freed pages for reuse, and glibc's ``malloc`` keeps freed chunks inside its heap. The
 preparation chain runs its stages one after the other in one process, so each stage would
 start with the previous stages' high-water mark still resident. That pushes the chain's peak
-RSS up (in one 1M-pair benchmark run sentencepiece training, which needs hundreds of MiB of
-its own, started at 862 MiB instead of about 400).
+RSS up: sentencepiece training, which needs hundreds of MiB of its own, would start from the
+earlier stages' peak instead of from the process's base (benchmarks/RESULTS.md#prep-speed).
 
-:func:`release_free_memory` returns both allocators' free pages; it takes a few milliseconds.
+:func:`release_free_memory` returns both allocators' free pages, a cheap call.
 """
 
 from __future__ import annotations

@@ -6,16 +6,16 @@ used (offline, 1 MB); the full ``lid.176.bin`` (126 MB, a little more accurate, 
 
 Prediction is batched: :mod:`ops.fasttext_batch` computes each distinct token's n-gram rows once
 and walks the label tree in numpy, and hands back to fastText's own ``predict`` every line whose
-answer it cannot vouch for, so labels and threshold decisions are fastText's (about 3x faster
-than fastText on news-length sentences). It holds the GIL, so :func:`filter_language` spreads
-batches over ``workers`` processes.
+answer it cannot vouch for, so labels and threshold decisions are fastText's, faster than
+fastText itself (benchmarks/RESULTS.md#langid-rules). It holds the GIL, so
+:func:`filter_language` spreads batches over ``workers`` processes.
 
-Two corrections for lid.176's known blind spots come first (measured in
-``benchmarks/langid_rules.py``): Arabic-script vowel marks, Quranic annotation signs and tatweel
-are removed and alef wasla read as alef before prediction (fully vowelled Quranic Arabic, as in
-Tanzil, is otherwise labelled Mazanderani, Pashto or Persian), and a line labelled Japanese
-that has no kana is labelled Chinese (lid.176 gives many short Chinese lines ``ja``; Japanese
-text almost always has kana).
+Two corrections for lid.176's known blind spots come first
+(benchmarks/RESULTS.md#langid-rules): Arabic-script vowel marks, Quranic annotation signs and
+tatweel are removed and alef wasla read as alef before prediction (fully vowelled Quranic
+Arabic, as in Tanzil, is otherwise labelled Mazanderani, Pashto or Persian), and a line
+labelled Japanese that has no kana is labelled Chinese (lid.176 gives many short Chinese lines
+``ja``; Japanese text almost always has kana).
 
 Which pairs are kept is a :class:`LanguageRule`.
 """
@@ -108,9 +108,9 @@ class LanguageRule:
     * ``top_label``: the top label must be the side's language, at any probability (the
       reference implementation's rule for ParaNMT, on both sides).
     * ``threshold``: the top label must be the side's language with probability >=
-      ``threshold`` (this project's rule before issue 13).
+      ``threshold`` (a plain confidence cut, which drops many short correct lines).
 
-    ``benchmarks/langid_rules.py`` measures them on the shared bitext (README there).
+    How each rule does on the shared bitext: benchmarks/RESULTS.md#langid-rules.
     """
 
     name: str = "other_language"
@@ -257,7 +257,7 @@ class LanguageIdentifier:
         not it is the top label (0 below about 1e-5), on the text :meth:`predict_label_ids`
         reads. Batched like the top label, and fastText's own figure for a line within 1e-4
         of one of ``thresholds``; without the batched path, fastText's ``predict(k=-1)``,
-        about 3x the cost of its top label."""
+        which costs more than its top label."""
         text = strip_arabic_marks(lines)
         label = self._model_label_index[lid_language(code)]
         if self._batch is not None:
@@ -344,7 +344,7 @@ def _identify_sides(
     columns: tuple[pa.Array, pa.Array],
 ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
     """Both sides of a batch, in a worker: only the Arrow text goes in and three small arrays
-    per side come out, so the parent's share of the work (and of the 2 cores) stays small."""
+    per side come out, so the parent's share of the work (and of the cores) stays small."""
     return tuple(
         _identify_column(column, rule, code)
         for column, (rule, code) in zip(columns, _sides, strict=True)
@@ -372,9 +372,8 @@ def filter_language(
 
     Args:
         rule: when a side passes (default :data:`DEFAULT_RULE`, ``other_language``).
-        threshold: instead of ``rule``, the ``threshold`` rule (this stage's rule before issue
-            13) with this minimum probability: one number, or a mapping from language code to
-            threshold.
+        threshold: instead of ``rule``, the ``threshold`` rule with this minimum
+            probability: one number, or a mapping from language code to threshold.
         workers: processes running fastText (its predict uses one core); 1 = this process.
     """
     if rule is not None and threshold is not None:

@@ -58,8 +58,8 @@ def _pool_context(function: Callable[..., Any]) -> multiprocessing.context.BaseC
 
     Not plain ``fork``: the caller is multi-threaded (Arrow's pools, a background writer,
     Dagster's threads), and a child forked while another thread holds a lock (malloc's, the
-    logging module's, an import lock) waits on it for ever: a pool worker once hung that way
-    on a futex right after the fork. The fork server is a fresh single-threaded process;
+    logging module's, an import lock) waits on it for ever (a hang on a futex right after the
+    fork). The fork server is a fresh single-threaded process;
     it imports ``function``'s module once (when this process starts its server) so that each
     worker forks with it already imported, instead of importing it itself.
     """

@@ -34,15 +34,15 @@ DEFAULT_BATCH = 65_536
 ROW_GROUP = 131_072  # rows per Parquet row group, at most
 _READ_BUFFER = 1 << 20
 # Sentences rarely repeat, so a dictionary page is built and then abandoned for each column
-# chunk, and min/max statistics of text are never used to skip anything: both off saves about
-# a quarter of the writing CPU, and the files come out slightly smaller.
+# chunk, and min/max statistics of text are never used to skip anything: both off saves
+# writing CPU, and the files come out slightly smaller.
 PARQUET_OPTIONS = dict(compression="zstd", use_dictionary=False, write_statistics=False)
 
 
 def _open(path: str | Path) -> pq.ParquetFile:
     """Open for streaming. ``pre_buffer=False``: pyarrow's default pre-buffering keeps every
-    range it has read cached for the life of the reader, so reading a 4M-pair file grew RSS by
-    the file's size (~580 MiB); buffered reads keep it at one row group."""
+    range it has read cached for the life of the reader, so reading a file grows RSS by the
+    file's size; buffered reads keep it at one row group."""
     return pq.ParquetFile(path, pre_buffer=False, buffer_size=_READ_BUFFER)
 
 

@@ -3,9 +3,8 @@
 The segmenter is ``psp_core.tokenization.tokenizer.make_pretokenizer(name)``, the very function the
 model's tokenizer applies at inference, so the text sentencepiece is trained on is the text it
 will see. Both sides go through it (the model sees English through the same pre-tokenizer).
-jieba builds its prefix dictionary once and caches it in ``cache_dir``; it is pure Python
-(about 2,400 pairs, both sides, per CPU-second on real en-zh news text), so ``workers``
-processes segment batches in parallel.
+jieba builds its prefix dictionary once and caches it in ``cache_dir``; it is pure Python, and
+slow, so ``workers`` processes segment batches in parallel.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ psp_language_job = define_asset_job(
     "psp_language_job",
     selection=AssetSelection.groups(*DATA_GROUPS, *MODEL_GROUPS),
     description="Everything for one language: download, filter, vocabulary, pack, train, "
-    "evaluate. Pick the cost with the profile (resources: profile: config: name), on 2 CPU "
-    f"cores and the shared data: {profile_summary()}.",
+    "evaluate. Pick the cost with the profile (resources: profile: config: name); on a CPU "
+    f"and the shared data: {profile_summary()} (measured: benchmarks/RESULTS.md#profile-costs).",
 )
 
 prepare_data_job = define_asset_job(
@@ -32,8 +32,8 @@ train_evaluate_job = define_asset_job(
     "train_evaluate_job",
     selection=AssetSelection.groups(*MODEL_GROUPS),
     description="Train on the packed data that is already there, then evaluate. The profile "
-    "(resources: profile: config: name) sets the model and the schedule; on 2 CPU cores: "
-    f"{profile_summary()}.",
+    "(resources: profile: config: name) sets the model and the schedule; on a CPU: "
+    f"{profile_summary()} (measured: benchmarks/RESULTS.md#profile-costs).",
 )
 
 prepare_pairs_job = define_asset_job(

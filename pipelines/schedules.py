@@ -1,9 +1,9 @@
 """Periodic retraining: one run per language, weekly by default.
 
 Every stage skips itself when its inputs and settings are unchanged (see ``assets.stage``), so a
-scheduled run costs minutes unless something changed: new inbox files, a registry edit, or a
-new release of a corpus configured as ``version = "latest"``. Scheduled runs use the paper's
-settings (``PSP_RETRAIN_PROFILE`` picks another profile).
+scheduled run is cheap (benchmarks/RESULTS.md#noop-rerun) unless something changed: new inbox
+files, a registry edit, or a new release of a corpus configured as ``version = "latest"``.
+Scheduled runs use the paper's settings (``PSP_RETRAIN_PROFILE`` picks another profile).
 """
 
 from __future__ import annotations

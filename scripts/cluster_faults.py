@@ -1,8 +1,8 @@
-"""Partial failures of the cluster (issue 28), run by ``scripts/cluster_e2e.py`` on its real
-services (PostgreSQL, Redis, Celery workers, the daemon): each fault on a run of its own of one
-language (the smoke profile) whose training step (``psp_model``) is made to train again (its
-output removed, every stage before it reused; 200 epochs, about 12 s) so that the fault lands on
-a real training. Each returns an object with ``ok`` and what was seen:
+"""Partial failures of the cluster, run by ``scripts/cluster_e2e.py`` on its real services
+(PostgreSQL, Redis, Celery workers, the daemon): each fault on a run of its own of one language
+(the smoke profile) whose training step (``psp_model``) is made to train again (its output
+removed, every stage before it reused; 200 epochs) so that the fault lands on a real training.
+Each returns an object with ``ok`` and what was seen:
 
 * ``restart_same_name``: the worker training is killed and restarted at once under the same
   name (it answers pings while its old task is gone); the other workers are paused, so the retry
@@ -49,7 +49,7 @@ from tests.psp_core.filesystems import fill_up
 LANG = "de"
 FIRST_STEP = "raw_pairs"  # the first step of a language run
 STOP_WITHIN_S = 60
-# the smoke profile trains an epoch in about 0.06 s: 200 epochs for a fault to land in
+# the smoke profile trains an epoch in a fraction of a second: 200 epochs for a fault to land in
 TRAINING_EPOCHS = 200
 INPUTS_LOADED_S = 2.0  # from the step's start on its worker to its training (inputs loaded)
 

@@ -1,7 +1,7 @@
 """The first half of ``make run PARTITION=multi``: every ``[multi]`` language's pairs, up to
 ``deduplicated_pairs``, one Dagster run per language (``prepare_pairs_job``) recorded in the
-instance like any run. A language whose stages are up to date is reused in a second or two (the
-stages' fingerprints), so this is cheap when the languages were built before; a failing
+instance like any run. A language whose stages are up to date is reused (the stages'
+fingerprints), so this is cheap when the languages were built before; a failing
 language stops here with its run's error. Then the Makefile runs ``psp_multi_job``.
 
 Usage (the environment as ``make run`` sets it: DAGSTER_HOME, PSP_LANGUAGES, PSP_PROFILE)::

@@ -163,7 +163,7 @@ class Corpus:
         columns = [self.field] + ([self.id_field] if self.id_field else [])
         first_row = 0
         # pre_buffer off: with it, pyarrow keeps every column chunk read so far until the file
-        # is closed (the arrow pool grew 90 MB per million rows of 120-byte sentences)
+        # is closed (its memory grows with the rows read; benchmarks/RESULTS.md#embed-cli)
         parquet = pq.ParquetFile(self.path, pre_buffer=False)
         for record_batch in parquet.iter_batches(size, columns=columns):
             texts = record_batch.column(0)

@@ -68,10 +68,10 @@ def add_embed_parser(commands) -> None:
         "--workers",
         type=positive_int,
         default=1,
-        help="processes embedding each chunk together, one core each (Linux). On 1M lines at "
-        "--dim 64 (247,325 distinct sentences, then the same again), 2 workers ran 1.2x one on "
-        "2 cores; on a first pass at dim 1024 the write of the vectors needs the second core "
-        "and 2 were not faster (docs/cli.md)",
+        help="processes embedding each chunk together, one core each (Linux). They pay where "
+        "the embedding, not the writing of the vectors, keeps the cores busy (a small --dim); "
+        "on a first pass at dim 1024 the write needs the second core "
+        "(docs/cli.md)",
     )
     embed.set_defaults(handler=cmd_embed)
 

@@ -44,7 +44,7 @@ def add_serve_parser(commands) -> None:
         type=positive_int,
         default=os.environ.get(WORKERS_ENV) or "1",  # (a str: argparse checks it like the flag)
         help=f"server processes on the port, each with its own copy of the models (default "
-        f"${WORKERS_ENV} or 1; the number of cores serves about twice as much on 2 cores)",
+        f"${WORKERS_ENV} or 1; one per core serves the most: docs/serving.md)",
     )
     serve.add_argument("--max-inputs", type=int, default=Limits.max_inputs)
     serve.add_argument("--max-input-chars", type=int, default=Limits.max_input_chars)

@@ -36,10 +36,11 @@ def open_vector_writer(
 
 
 class WriteBehind:
-    """Write each chunk on a thread while the caller computes the next one (the write of 1 GB
-    of vectors took 2.6 s of a 10 s ``psp embed`` here, most of it in the kernel, which runs
-    without the GIL). At most one write is in flight: a caller that alternates two buffers
-    never writes into one being written. Errors of a write come out of the next call."""
+    """Write each chunk on a thread while the caller computes the next one (writing the vectors
+    is a large share of ``psp embed``, spent mostly in the kernel, which runs without the GIL;
+    benchmarks/RESULTS.md#embed-cli). At most one write is in flight: a caller that alternates
+    two buffers never writes into one being written. Errors of a write come out of the next
+    call."""
 
     def __init__(self, writer) -> None:
         self.writer = writer

@@ -1,4 +1,4 @@
-"""Convert the official evaluation archives into the layout of ``shared/data/eval``.
+"""Convert the official evaluation archives into an evaluation directory (docs/evaluation.md).
 
 Formats handled (the file names are those inside the official archives):
 

@@ -126,7 +126,7 @@ class StsCoverage:
         return f"over {self.span} ({'; '.join(parts)})"
 
     def year_footnote(self, year: str, ours: float, paper: float | None) -> str | None:
-        """``2013 mean 52.6 without SMT (not public); paper 64.7 over all 4 datasets``."""
+        """``2013 mean <ours> without SMT (not public); paper 64.7 over all 4 datasets``."""
         note = self.year_note(year, detail=True)
         if note is None:
             return None
@@ -136,7 +136,7 @@ class StsCoverage:
         return text
 
     def mean_footnote(self, ours: float, paper: float, paper_years: str) -> str | None:
-        """``STS 2012-2016 mean 61.9 over 2012-2014 (...); paper 74.6 over 2012-2016``."""
+        """``STS 2012-2016 mean <ours> over 2012-2014 (...); paper 74.6 over 2012-2016``."""
         note = self.mean_note()
         if note is None:
             return None

@@ -1,5 +1,5 @@
 """Evaluation data: the official download URLs, a resumable downloader, and preparation of an
-evaluation directory in the layout of ``shared/data/eval``.
+evaluation directory in the layout docs/evaluation.md describes.
 
 ``fetch_eval_data`` streams each URL with ``requests`` into ``NAME.part``, retries failed
 requests (HTTP 429/5xx, connection errors) through a ``urllib3`` ``Retry`` adapter, resumes an

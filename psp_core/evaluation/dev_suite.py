@@ -1,5 +1,5 @@
 """The development suite: the scores a new model version is compared on before it is promoted
-(and, per issue 29, the data defaults are chosen on). Development data only, never a test set
+(and the data defaults are chosen on). Development data only, never a test set
 the README reports: STS 2017 en-en (the paper's dev set) and the STS Benchmark's dev split,
 Pearson r x 100 each, and for each language the retrieval accuracy on its held-back pairs
 (pairs set aside before the vocabulary and the model saw any of their sentences,
@@ -79,8 +79,8 @@ def dev_mean(scores: dict[str, float], digits: int | None = 2) -> float | None:
     """One number for a model's dev suite: the mean of STS 2017 en-en, STS-B dev and the
     languages' mean held-back accuracy (those present; None when none is), rounded to
     ``digits`` (None: not rounded). Each language's pairs count once whatever their number,
-    and all languages together as much as one STS set: the rule issue 29 part 4 decided the
-    multilingual defaults by."""
+    and all languages together as much as one STS set: the rule the multilingual defaults
+    were decided by (benchmarks/RESULTS.md#multi-model)."""
     held = [value for name, value in scores.items() if name.startswith("held_back_")]
     parts = [scores[name] for name in DEV_FILES if name in scores]
     if held:

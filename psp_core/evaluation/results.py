@@ -1,5 +1,5 @@
 """Evaluation results: a plain dataclass that turns into a JSON-ready dict and markdown tables,
-with the paper's P-SP numbers beside ours (DESIGN section 6).
+with the paper's P-SP numbers beside ours (docs/evaluation.md).
 
 The dev set (the STS file the model was selected on) is reported, marked dev, and left out of
 every mean; a mean over fewer datasets than the paper's carries a footnote naming what is

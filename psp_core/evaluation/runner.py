@@ -45,7 +45,7 @@ def evaluate_model(
     model_name: str = "",
     dev_sts: str | Path | None = None,
 ) -> EvaluationResults:
-    """Evaluate ``model`` on the datasets under ``eval_dir`` (layout of ``shared/data/eval``).
+    """Evaluate ``model`` on the datasets under ``eval_dir`` (docs/evaluation.md).
 
     Args:
         model: the model.

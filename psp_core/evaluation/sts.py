@@ -1,9 +1,9 @@
 """Semantic textual similarity: cosine of the two sentences' embeddings against gold scores.
 
-The datasets and their layout under an evaluation directory (``shared/data/eval``):
+The datasets and their layout under an evaluation directory (docs/evaluation.md):
 
 * ``sts/YEAR/NAME.tsv``: SemEval STS 2012-2016 (English); Pearson and Spearman x 100 per
-  dataset, averaged per year, then over the years (DESIGN section 6).
+  dataset, averaged per year, then over the years, as the paper averages them.
 * ``sts17/PAIR.tsv``: SemEval STS 2017 tracks, columns in the order :data:`STS17_TRACKS` gives.
 * ``stsb/{train,dev,test}.tsv``: the STS Benchmark.
 
@@ -89,7 +89,7 @@ class StsPairs:
 
 
 def read_sts_file(path: str | Path) -> StsPairs:
-    """Read ``gold<TAB>sentence1<TAB>sentence2`` lines (the layout of ``shared/data/eval``)."""
+    """Read ``gold<TAB>sentence1<TAB>sentence2`` lines (an evaluation directory's STS files)."""
     path = Path(path)
     gold, first, second = [], [], []
     with open(path, encoding="utf-8") as handle:

@@ -4,7 +4,7 @@ For a language ``xxx`` the files ``tatoeba/xxx-eng.xxx`` and ``tatoeba/xxx-eng.e
 line-aligned translations. Every ``xxx`` sentence retrieves its nearest English sentence
 (``xx->en``) and every English sentence its nearest ``xxx`` sentence (``en->xx``); a retrieval
 is an error when it is not the aligned line (by index, as LASER counts it). The paper's numbers
-are taken as the mean of both directions, in %, by cosine (DESIGN section 6's reading of the
+are taken as the mean of both directions, in %, by cosine (this project's reading of the
 paper; the reference code has no Tatoeba evaluation to check the convention against), so both
 directions are reported and their mean is the column beside the paper's. The ratio margin of
 :mod:`psp_core.bitext_mining` (k = 4) is reported beside it.

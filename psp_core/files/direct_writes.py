@@ -2,11 +2,9 @@
 
 A buffered write copies every byte into the kernel's page cache first: for ``psp embed`` at dim
 1024 that is 1 GB per 250,000 sentences, copied by the writing thread on the other core while
-the embedding runs. On the 2-core development VM that copy slowed the embedding itself by about
-a third (the two cores share the memory bandwidth and the last-level cache): a first pass over
-247,325 distinct sentences took 5.38 s with the buffered write behind it, 3.66 s with no write
-at all, and 3.89 s with the same rows written with ``O_DIRECT`` (median of 5 fresh processes
-each, taking turns; benchmarks/README.md, "embed_cli.py").
+the embedding runs. On two cores that copy slows the embedding itself down (the cores share
+the memory bandwidth and the last-level cache), where the same rows written with ``O_DIRECT``
+cost the embedding little (benchmarks/RESULTS.md#embed-cli).
 
 ``O_DIRECT`` needs the file offset, the length and the memory address of each write aligned to
 the device's block. :class:`DirectNpyWriter` pads the ``.npy`` header to :data:`DIRECT_ALIGN`

@@ -29,8 +29,8 @@ _TOKENIZE_BLOCK = 8192
 TABLE_DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
-#: sentences per averaging call: 256 was the fastest on 1 CPU thread, 9-13% faster than 64
-#: (benchmarks/embed_batch_size.py; larger batches leave the CPU caches)
+#: sentences per averaging call: the fastest on 1 CPU thread, ahead of smaller batches, while
+#: larger ones leave the CPU caches (benchmarks/RESULTS.md#embed-batch-size)
 EMBED_BATCH_SIZE = 256
 
 
@@ -108,9 +108,8 @@ class PSPModel:
         array of that shape). A sentence without ids gives a zero vector.
 
         On the CPU the mean is :func:`~psp_core.inference.word_vectors.weighted_sums` with each id
-        weighted by 1/its sentence's length: faster than ``embedding_bag``'s mean mode (36
-        against 42 ms for the 20,216 shared STS sentences on 1 thread, batches of 256), the same
-        vectors to float32 rounding."""
+        weighted by 1/its sentence's length: faster than ``embedding_bag``'s mean mode
+        (benchmarks/RESULTS.md#embed-speed), the same vectors to float32 rounding."""
         count = len(offsets) - 1
         if out is None:
             out = np.empty((max(count, 0), self.dim), dtype=np.float32)
@@ -139,8 +138,8 @@ class PSPModel:
         """Embed sentences; returns float32 ``[n, dim]`` in input order.
 
         Sentences are tokenized in blocks and averaged ``batch_size`` at a time, in input
-        order (a mean of piece vectors has no padding, so sorting by length gains nothing: it
-        cost 10% in scattering the rows back). An empty sentence (or one with no pieces) gives
+        order (a mean of piece vectors has no padding, so sorting by length gains nothing and
+        costs the scattering of the rows back). An empty sentence (or one with no pieces) gives
         a zero vector, also when ``normalize`` is set. ``dim`` keeps the first ``dim``
         dimensions (normalized after truncating): meant for models trained with
         ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of their mean, so
@@ -284,24 +283,24 @@ def load_model(
         path: the bundle directory.
         num_threads: sentencepiece threads used when tokenizing.
         dtype: the embedding table in memory: ``"float32"`` (as stored) or ``"float16"`` (half
-            the memory; vectors are still returned as float32; speed and STS change are
-            measured in benchmarks/README.md).
+            the memory; vectors are still returned as float32; its speed and STS scores:
+            benchmarks/RESULTS.md#float16-compare).
         device: where the table lives and the averaging runs: ``"cpu"``, ``"cuda"``,
             ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU.
         word_cache_size: distinct words whose sentencepiece ids the tokenizer keeps
             (:mod:`psp_core.tokenization.word_piece_cache`: the same ids, faster once words recur; 0 turns it off).
             It is used only while it pays for itself (:mod:`psp_core.tokenization.word_cache_policy`): on one pass
-            over distinct sentences it only probes (about 63,000 sentences/s on 1 thread, as
-            with sentencepiece alone), on sentences embedded again and again it serves nearly
-            all of them (about 170,000/s; benchmarks/README.md, "A corpus in one pass").
+            over distinct sentences it only probes (about as fast as sentencepiece alone), on
+            sentences embedded again and again it serves nearly all of them, much faster
+            (benchmarks/RESULTS.md#embed-corpus).
         word_vector_bytes: memory for the sums of piece vectors of cached words of several
             pieces, which ``embed`` averages over instead of their pieces
             (:mod:`psp_core.inference.word_vectors`; default 128 MiB; 0 turns the path off).
         workers: processes that share a large input to ``embed`` on the CPU (Linux): the
             calling process and ``workers - 1`` forked children, each embedding a contiguous
             share on one thread (:mod:`psp_core.inference.multiprocess_embed`; at least 16,384 sentences a
-            share, so small inputs stay in one process). 2 on 2 cores: 1.82x one process on a
-            first pass over a corpus, where ``num_threads=2`` gave 1.51x (benchmarks/README.md).
+            share, so small inputs stay in one process). On a first pass over a corpus a process
+            per core gains more than ``num_threads`` does (benchmarks/RESULTS.md#embed-corpus).
     """
     device = resolve_device(device)  # a device this machine lacks fails before the bundle is read
     config, spm_proto, embeddings = load_bundle(path)

@@ -1,10 +1,9 @@
 """Embedding a large input with several processes: every core, where threads could not.
 
-On the 2-core development VM, ``num_threads=2`` (sentencepiece's second thread and torch's)
-made a first pass over a corpus about 1.5x faster than one thread, while two processes each
-embedding half of it came near 2x (benchmarks/README.md, "A corpus in one pass"): between its
-native calls each block holds Python (lists of ids, numpy bookkeeping), so one process keeps
-about one core busy.
+A second thread (``num_threads=2``: sentencepiece's and torch's) gains less on a first pass
+over a corpus than a second process embedding half of it (benchmarks/RESULTS.md#embed-corpus):
+between its native calls each block holds Python (lists of ids, numpy bookkeeping), so one
+process keeps about one core busy.
 
 :func:`embed_forked` splits the input into contiguous shares, one per worker. The calling
 process embeds the first share itself; each other share is embedded by a child made with
@@ -93,7 +92,7 @@ def embed_forked(
     count = len(sentences)
     row_bytes = dim * 4
     # the parent's share: a little more than the others' (their rows are shared memory, which
-    # takes 1.75x as long to map: 0.33 against 0.19 s for 0.5 GB, about 4% of the work)
+    # takes longer to map than the parent's anonymous memory; benchmarks/RESULTS.md#embed-corpus)
     first = _page_aligned(min(count, round(count * (1 + _PARENT_EXTRA) / workers)), row_bytes)
     bounds = [0] + [first + (count - first) * k // (workers - 1) for k in range(workers)]
     rest_bytes = (count - first) * row_bytes
@@ -196,7 +195,7 @@ def _fork(lock: threading.Lock, output: np.ndarray | None) -> int:
     """``os.fork`` with ``lock`` held, so that neither side starts with it held by a thread the
     child does not have (each side releases its own copy), and with ``output``'s pages left out
     of the child: the parent is about to write all of them, and each page it shares with a
-    child would be copied on its first write (about 1 us a page)."""
+    child would be copied on its first write."""
     lock.acquire()
     try:
         with _not_inherited(output):

@@ -3,11 +3,10 @@
 ``embed`` writes its vectors into a new array: 1 GB for 250,000 sentences at dim 1024. numpy
 asks Linux for transparent huge pages on large arrays (``madvise(MADV_HUGEPAGE)``), and where
 the kernel's ``defrag`` setting is ``madvise`` (its default) the first write to each 2 MB then
-compacts memory on the spot when no free huge page is at hand: on the 2-core development VM
-the first touch of 1 GB in a fresh process took 0.19-2.04 s (median 0.81) this way, against
-0.34-0.39 s for the same memory mapped whole by the kernel (``MAP_POPULATE``, no huge-page
-advice), measured in benchmarks/README.md ("A corpus in one pass"). A first pass over a
-corpus pays that once per call, on the critical path.
+compacts memory on the spot when no free huge page is at hand. The first touch of a large
+array in a fresh process then takes longer, and varies far more, than the same memory mapped
+whole by the kernel (``MAP_POPULATE``, no huge-page advice; benchmarks/RESULTS.md#embed-corpus),
+and a first pass over a corpus pays it once per call, on the critical path.
 
 :func:`fresh_float32` returns such an array (a private anonymous mapping, as ``np.empty``'s
 own memory is: a forked child gets a copy-on-write view) for outputs of at least

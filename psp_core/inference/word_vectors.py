@@ -20,8 +20,8 @@ are left to the piece path (:meth:`embed` returns them). The vectors equal the p
 the table's rounding: float32 rounding for a float32 table (the sums are added in another
 order); for a float16 table (``load_model(dtype="float16")``) each word's sum is itself stored
 in float16, so the two paths agree to float16 rounding (a relative 1e-3; tested at 2e-3), not
-float32's. Checked in ``tests/psp_core/inference/test_word_vectors.py``; ``benchmarks/embed_speed.py``
-measures the gain.
+float32's. Checked in ``tests/psp_core/inference/test_word_vectors.py``; the gain:
+benchmarks/RESULTS.md#embed-speed.
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ def _read_float32_table(path: Path) -> np.ndarray | None:
     """The float32 matrix ``EMBEDDINGS_KEY`` of a safetensors file (its documented layout: an
     8-byte little-endian header length, a JSON header, the data), read straight into a numpy
     array by file reads, which release the GIL. safetensors' ``load_file`` holds it for the whole
-    copy (46 ms for 80 MB), and a server loading a newly promoted version beside the one it
-    serves stalled every request in flight that long. None when the file is anything else (a
+    copy, so a server loading a newly promoted version beside the one it serves would stall
+    every request in flight meanwhile. None when the file is anything else (a
     bundle saved otherwise, a damaged header, short data): the caller reads it with safetensors,
     which accepts it or says what is wrong."""
     try:

@@ -17,7 +17,7 @@ SPM_FILE = "sentencepiece.model"
 EMBEDDINGS_FILE = "embeddings.safetensors"
 EMBEDDINGS_KEY = "embeddings"
 #: the checksum of each file: xxh3_128, fast enough that verifying on every load is cheap
-#: (benchmarks/RESULTS.md#bundle-checksums)
+#: (benchmarks/RESULTS.md#bundle-verify)
 CHECKSUM = "xxh3_128"
 
 

@@ -6,7 +6,7 @@ sentencepiece model is rebuilt as a Hugging Face ``tokenizers`` tokenizer: a Uni
 the same pieces and scores, sentencepiece's own normalization table (``precompiled_charsmap``,
 e.g. nmt_nfkc; NFKC when the model has none) after a Lowercase normalizer, and a Metaspace
 pre-tokenizer. Differences from :meth:`psp_core.inference.model.PSPModel.embed`, which leave the cosine
-the same for all but a few sentences (``benchmarks/export_agreement.py`` measures how few):
+the same for all but a few sentences (how few: benchmarks/RESULTS.md#export-agreement):
 
 * psp_core drops unknown pieces. model2vec drops the unknown id too; sentence-transformers
   cannot, so its unknown row is exported as zeros: the mean then has the same direction and a

@@ -31,8 +31,9 @@ from psp_core.serving.models import ModelSet, Served
 log = logging.getLogger(__name__)
 
 
-#: requests embedded on the event loop itself (about 0.1 ms); larger ones go to a worker thread,
-#: so the loop keeps reading other requests meanwhile
+#: requests of at most these inputs and characters are embedded on the event loop itself
+#: (quicker than the hop to a worker thread); larger ones go to a worker thread, so the loop
+#: keeps reading other requests meanwhile
 INLINE_INPUTS = 4
 INLINE_CHARACTERS = 2_000
 

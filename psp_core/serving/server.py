@@ -7,12 +7,10 @@ worker that dies is replaced, one that dies before it ever served stops the serv
 error.
 
 One process answers requests one Python thread at a time: tokenizing and writing the answer
-hold the GIL, so a second core helps little. On the 2-core test machine, at 8 clients, two
-workers served 2.2x the batches of 64 as JSON floats and 1.9x as base64 of one, and the floats'
-p99 fell from 60 to 34 ms (benchmarks/README.md, serve_load.py); each worker costs the models'
-memory once more. (uvicorn's own ``workers`` shares one socket: the process that woke first
-took the burst of 8 keep-alive connections and kept them, 244 batches/s where two separate
-ports served 487.)
+hold the GIL, so a second core helps little, where a second worker process serves more
+batches and lowers the tail latency (benchmarks/RESULTS.md#serve-load); each worker costs the
+models' memory once more. (uvicorn's own ``workers`` shares one socket: the process that wakes
+first takes a burst of keep-alive connections and keeps them, so separate sockets serve more.)
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Sentence -> sentencepiece ids, exactly as the P-SP encoder sees them.
 
-Steps (DESIGN section 5): lowercase, optional pre-tokenizer (jieba for Chinese), sentencepiece
-ids, unknown pieces dropped unless the sentence has only unknown pieces (then one unknown id),
-truncation to ``max_length`` pieces. A batch comes out as flat CSR arrays (ids + offsets), the
-layout both ``nn.EmbeddingBag`` and the training HDF5 use.
+Steps (the paper's, as docs/method.md lists them): lowercase, optional pre-tokenizer (jieba for
+Chinese), sentencepiece ids, unknown pieces dropped unless the sentence has only unknown pieces
+(then one unknown id), truncation to ``max_length`` pieces. A batch comes out as flat CSR arrays
+(ids + offsets), the layout both ``nn.EmbeddingBag`` and the training HDF5 use.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def _jieba_segmenter() -> Callable[[str], str]:
 
 def _rjieba_segmenter() -> Callable[[str], str]:
     """jieba-rs (the Rust port of jieba, through ``rjieba``): the same dictionary and HMM for
-    unknown words, about 10x faster; see benchmarks/segmenter_compare.py for its agreement
-    with jieba on the shared zh data."""
+    unknown words, much faster; its speed and its agreement with jieba on the shared zh data:
+    benchmarks/RESULTS.md#segmenter-compare."""
     import rjieba
 
     def segment(text: str) -> str:
@@ -164,11 +164,11 @@ class Tokenizer:
         word_cache_size: the most distinct words whose pieces are kept
             (:class:`~psp_core.tokenization.word_piece_cache.WordPieceCache`, about 300 bytes each; the same ids
             as sentencepiece). 0, the default, sends every sentence to sentencepiece: a word is
-            cached on its second sighting at about 10-15 us, which pays off only where words
-            recur across calls (embedding: :func:`psp_core.load_model` turns it on), not in one
-            pass over a corpus with a rich vocabulary (the preparation chain: measured in
-            benchmarks/README.md). Even when on, blocks use it only while it pays for itself
-            (:attr:`cache_policy`, :mod:`psp_core.tokenization.word_cache_policy`).
+            cached on its second sighting, at a cost that pays off only where words recur
+            across calls (embedding: :func:`psp_core.load_model` turns it on), not in one pass
+            over a corpus with a rich vocabulary (the preparation chain;
+            benchmarks/RESULTS.md#embed-speed). Even when on, blocks use it only while it pays
+            for itself (:attr:`cache_policy`, :mod:`psp_core.tokenization.word_cache_policy`).
     """
 
     def __init__(

@@ -1,13 +1,13 @@
 """Whether the word cache pays for itself, decided block by block from what it served.
 
 The word cache (:mod:`psp_core.tokenization.word_piece_cache`) and the word sums (:mod:`psp_core.inference.word_vectors`)
-make sentences whose every word is cached several times cheaper than sentencepiece; but looking
-a block's words up costs about two thirds of encoding it, and filling the cache costs about
-10 us per new word (its 2-best check). Embedding sentences again and again (a benchmark, a
-server's queries, a second pass) fills the cache once and then serves nearly every sentence;
+make sentences whose every word is cached much cheaper than sentencepiece; but looking a
+block's words up costs a good part of encoding it, and filling the cache costs a 2-best check
+per new word. Embedding sentences again and again (a benchmark, a server's queries, a second
+pass) fills the cache once and then serves nearly every sentence;
 one pass over a corpus of distinct sentences fills it with words that mostly never come back,
 and leaves most sentences to sentencepiece anyway (a word seen once is not cached), so there
-the cache only adds its costs (measured in benchmarks/README.md, "A corpus in one pass").
+the cache only adds its costs (benchmarks/RESULTS.md#embed-corpus).
 
 :class:`CachePolicy` watches the share of sentences the cache served. While it is at least
 :data:`STAY` the cache takes whole blocks; below that, blocks go to sentencepiece alone, and a probe of
@@ -40,13 +40,12 @@ PROBE_SENTENCES = 256
 #: of a workload that comes back (a probe only sees a few sentences of each block)
 HOLD_BLOCKS = 4
 #: a held block serving less than this share leaves the cache at once: the workload's words are
-#: not coming back (the repeated STS sentences' first held blocks served 42-56%, a second pass
-#: over the 247,325-sentence corpus 25%)
+#: not coming back (the floor lies between what a held block of repeated sentences serves and
+#: what one of a second pass over a large corpus does: benchmarks/RESULTS.md#embed-corpus)
 HOLD_FLOOR = 0.3
 #: sentences of a block that try the cache when a probe says it would pay: a wrong guess (a
-#: second pass over a corpus) costs filling the cache with their words, not a whole block's (a
-#: second pass over the 247,325-sentence corpus ran 54,770/s with whole blocks, against 63,910
-#: with the cache off)
+#: second pass over a corpus) costs filling the cache with their words, not a whole block's
+#: (whole blocks made such a pass slower than the cache off: benchmarks/RESULTS.md#embed-corpus)
 TRIAL_SENTENCES = 1024
 _PROBE_SHIFT = 7  # rows the probe moves by, per exit, within the spacing of its sentences
 

@@ -27,8 +27,8 @@ checks the ids against ``Encode`` on every sentence of the shared data.
 A word's ids live in one growing CSR table (ids + offsets). A batch's texts are split into words
 and the words made distinct by pyarrow (``utf8_split_whitespace``, whose whitespace is Python's
 ``str.isspace``, and ``dictionary_encode``), so only the batch's distinct words are looked up in a
-dict, and the batch's ids are gathered with numpy: no per-word or per-piece Python work (on the
-shared STS sentences, 22 ms where ``str.split`` and a dict access per word took 40). The cache
+dict, and the batch's ids are gathered with numpy: no per-word or per-piece Python work (faster
+than ``str.split`` and a dict access per word; benchmarks/RESULTS.md#embed-speed). The cache
 holds at most ``max_words`` words, each cached on its second sighting (see ``_rows_of``).
 """
 
@@ -70,7 +70,7 @@ def word_independent(model_proto: bytes) -> bool:
 
 #: every ``str.isspace`` character lies below this (the highest is U+3000; checked over the
 #: whole range on the Python in use by tests/psp_core/tokenization/test_word_piece_cache.py): scanning 65,536
-#: characters instead of 1,114,112 saves about 70 ms of every process's first model load
+#: characters instead of 1,114,112 shortens every process's first model load
 WHITESPACE_BELOW = 0x10000
 
 
@@ -110,7 +110,7 @@ def _split_words(texts: Sequence[str]):
 class _Column:
     """A numpy array that grows at its end (capacity doubled as needed): appending is amortized
     O(new values), and :meth:`view` costs nothing (a table rebuilt from a Python list after
-    every batch of new words cost 1.1 s of a 14 s pass over 247k distinct sentences)."""
+    every batch of new words would cost a visible share of a pass over a corpus)."""
 
     def __init__(self, dtype, initial: Sequence) -> None:
         self._data = np.array(initial, dtype=dtype)
@@ -152,7 +152,7 @@ class WordPieceCache:
     """
 
     def __init__(self, processor, max_words: int = 2_000_000) -> None:
-        import pyarrow.compute  # noqa: F401  (imported here, not on the first lookup: 0.3 s)
+        import pyarrow.compute  # noqa: F401  (imported here, not on the first lookup)
 
         self.processor = processor
         self.max_words = max_words
@@ -235,11 +235,11 @@ class WordPieceCache:
     def _rows_of(self, words: list[str], counts: np.ndarray) -> np.ndarray:
         """The rows of distinct ``words`` (seen ``counts`` times in this batch), or
         :data:`_UNCACHED`. A word is cached on its second sighting (twice in this batch, or once
-        before): a word seen only once costs a cache entry (its ids and its 2-best check, about
-        15 us) and saves nothing, and most distinct words of a corpus are seen once. A full table
+        before): a word seen only once costs a cache entry (its ids and its 2-best check) and
+        saves nothing, and most distinct words of a corpus are seen once. A full table
         (``max_words``) takes no more words; their texts go to sentencepiece, so a stream of new
         words never makes encoding slower than sentencepiece alone."""
-        # (a list first: numpy's fromiter over a map is twice as slow here)
+        # (a list first: numpy's fromiter over a map is slower here)
         rows = np.array(list(map(self._index.get, words, repeat(-1))), dtype=np.int64)
         missing = np.flatnonzero(rows < 0)
         if len(missing):
@@ -282,7 +282,7 @@ class WordPieceCache:
 
         Split by ``str.split`` (the same whitespace, ``str.isspace``, as :func:`_split_words`),
         not pyarrow: a probe is a few hundred texts, and a process's first ``pa.array`` imports
-        pandas (0.2 s, a visible share of one pass over a corpus whose blocks only probe)."""
+        pandas (a visible share of one pass over a corpus whose blocks only probe)."""
         if not texts:
             return 0
         index, seen = self._index, self._seen

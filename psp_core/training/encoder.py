@@ -8,15 +8,15 @@ Dropout (training only) is applied to the individual piece embeddings before the
 reference implementation. EmbeddingBag returns only the mean, so with dropout > 0 the training
 path gathers each token's row, zeroes the dropped values and averages with ``index_add_``, in
 one autograd function (``_DroppedMean``) whose mask is drawn as 16-bit random integers (the
-probability kept to 1/65,536): 1.6-2.1x as fast in training on a CPU as ``F.embedding`` +
-``F.dropout``, whose Bernoulli draw dominated; the same mean and gradient
-(``benchmarks/README.md``).
+probability kept to 1/65,536): faster in training on a CPU than ``F.embedding`` +
+``F.dropout``, whose Bernoulli draw per value dominates, with the same mean and gradient
+(benchmarks/RESULTS.md#train-speed).
 
 Piece dropout (training only) removes whole pieces from a sentence before the mean, each with
 its probability, every sentence keeping at least one: the word dropout of deep averaging
 networks (Iyyer et al., 2015), applied to sentencepiece pieces. It costs no speed (the mean
-stays one ``embedding_bag``, over fewer pieces); off by default, as measured on the dev suite
-(``benchmarks/README.md``: English STS up, held-back retrieval down).
+stays one ``embedding_bag``, over fewer pieces); off by default: on the dev suite it raises
+English STS and lowers held-back retrieval (benchmarks/RESULTS.md#train-variants).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ product plus one row and one column reduction.
 
 Where bfloat16 products are fast, the products are bfloat16 and every candidate within a
 rigorous error window of its anchor's best is re-scored in float32 (the screen): the float32
-negatives, for the bfloat16 product plus about a quarter of it (1.05 s a mega-batch of 12,800
-pairs at dim 1024 on 2 cores, 0.80 s of it the product; float32 products take 2.4 s).
+negatives, for little more than the bfloat16 product, well below the cost of float32 products
+(benchmarks/RESULTS.md#train-profile).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ import torch
 import torch.nn.functional as F
 
 NEGATIVE_SOURCES = ("opposite", "any")
-#: Below about 1280 x 1280 similarities the float32 product is faster than screening (measured
-#: on a 2-core AVX512-BF16 CPU, bitext pairs: 21.6 vs 32.6 ms at 1,024 pairs, 52.0 vs 34.4 ms
-#: at 1,280, 500 vs 235 ms at 5,120, 2.4 vs 1.05 s at 12,800).
+#: Screening pays from about 1280 x 1280 similarities: below that the float32 product is faster
+#: (on a CPU with AVX512-BF16; benchmarks/RESULTS.md#train-profile).
 SCREEN_MIN_PRODUCT = 1280 * 1280
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

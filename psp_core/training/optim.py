@@ -25,8 +25,8 @@ class LazyAdam(torch.optim.Optimizer):
 
     The rows are updated :data:`PIECE_ROWS` at a time through two buffers kept between steps:
     each piece's passes then stay in the core's cache, and no step asks the system for fresh
-    pages (benchmarks/README.md, "After the cheaper screen and the update in pieces": 10.2 ->
-    8.8 ms a step on 2 threads, the same results bit for bit).
+    pages: a cheaper step, with the same results bit for bit
+    (benchmarks/RESULTS.md#train-profile).
     """
 
     #: rows gathered and updated at once (2 MiB of float32 moments at dim 1024)

@@ -1,4 +1,4 @@
-"""The training HDF5 (DESIGN section 4): flat CSR arrays of sentencepiece ids.
+"""The training HDF5 (docs/formats.md): flat CSR arrays of sentencepiece ids.
 
 Layout::
 
@@ -39,7 +39,7 @@ _SIDES = ("src", "tgt")
 _CHUNK_TOKENS = 1 << 18
 _CHUNK_OFFSETS = 1 << 15
 # the writer's chunk cache per dataset: room for the partly filled last chunk of ids (1 MiB),
-# which is all it needs; HDF5 2's default (8 MiB) only kept full chunks that are never read
+# which is all it needs; HDF5 2's default (8 MiB) would keep full chunks that are never read
 _WRITE_CACHE_BYTES = 2 * _CHUNK_TOKENS * np.dtype(np.int32).itemsize
 
 
@@ -162,9 +162,9 @@ class TrainingFileWriter:
         file (``groups`` given) needs each pair's ``group`` index too.
 
         The datasets stay open between appends: HDF5 keeps the partly filled last chunk in
-        the dataset's chunk cache, whereas reopening them (``file[name]`` each time) flushed
-        it at every append, so it was compressed, read back, decompressed and compressed
-        again (a quarter of the write time for 32k-pair batches).
+        the dataset's chunk cache, whereas reopening them (``file[name]`` each time) would
+        flush it at every append, to be compressed, read back, decompressed and compressed
+        again.
         """
         if self._file is None:
             raise RuntimeError("TrainingFileWriter.append called outside its `with` block")
