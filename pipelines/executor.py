@@ -3,8 +3,8 @@ config) plus a watch for dead runs, so that a run killed with ``kill -9`` never 
 
 In-process by default: a language's run is a chain (each stage needs the one before), so the
 multiprocess executor never runs two of its steps at once, yet it starts a process per step that
-imports the code location again (torch, pyarrow, Dagster: about 6 s each on 2 cores), which made
-a re-run with every stage reused take a minute. ``execution: {config: {multiprocess: {}}}``
+imports the code location again (torch, pyarrow, Dagster: seconds each), which made a re-run
+with every stage reused slow (benchmarks/RESULTS.md#noop-rerun). ``execution: {config: {multiprocess: {}}}``
 still selects it (a step then runs in a process of its own, and a crash of one step cannot take
 the run worker down with it).
 

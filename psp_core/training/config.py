@@ -45,10 +45,8 @@ class TrainConfig:
         seed: seeds initialisation, data order and both dropouts.
         optimizer: ``"sparse"`` (lazy Adam on sparse gradients: only rows seen in the batch are
             updated) or ``"dense"`` (exact Adam on the whole table, the paper's). Sparse is the
-            default by measurement (``benchmarks/optimizer_compare.py``, table in
-            benchmarks/README.md): on the shared en-de data at lr 0.001 it is within 0.4 STS
-            points of dense per epoch and 3.6x faster per epoch on 2 CPU cores, so 2.5 points
-            better for the same training time.
+            default by measurement: nearly as good as dense per epoch and much faster, so
+            better for the same training time (benchmarks/RESULTS.md#optimizer-compare).
         negatives_from: ``"opposite"`` (bitext), ``"any"`` (paraphrase) or ``None`` to follow
             the training file's ``kind`` (a mixed file: each pair's group's kind).
         negatives_within: in a file of several languages, ``"megabatch"`` mines each pair's
@@ -63,10 +61,11 @@ class TrainConfig:
         mining_chunk_rows: rows per similarity block in negative mining (bounds memory).
         mining_dtype: ``"float32"``: exactly the float32 hardest negatives; on CPUs with fast
             bfloat16 (AVX512-BF16/AMX) they are found by screening with bfloat16 products and
-            re-scoring the few candidates a rigorous error bound cannot rule out, about 2x
-            faster than plain float32 products. ``"float32-plain"``: the same negatives from
-            plain float32 products (the baseline). ``"bfloat16"``: bfloat16 products only
-            (fastest; 1-2% of negatives differ, each within ~0.01 cosine of the hardest).
+            re-scoring the few candidates a rigorous error bound cannot rule out, faster than
+            plain float32 products (benchmarks/RESULTS.md#mining-screen). ``"float32-plain"``:
+            the same negatives from plain float32 products (the baseline). ``"bfloat16"``:
+            bfloat16 products only (fastest; a few negatives differ, each close to the
+            hardest).
         matryoshka_dims: train so that the first ``d`` dimensions of a vector work on their
             own for each ``d`` given (Matryoshka representation learning): the margin loss is
             summed over these nested prefixes, the full ``dim`` always included, e.g. ``(512,
