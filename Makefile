@@ -11,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run ui serve test lint bench clean cluster-e2e
+.PHONY: install run ui serve test test-fast lint bench clean cluster-e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,10 @@ serve: $(STAMP)
 TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# the edit loop: the tests not marked slow (no Dagster runs, kills, browser or cluster)
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 # The cluster path for real on this machine (docs/scaling.md): PostgreSQL, Redis, Celery workers,
 # the daemon and a code server; a two-language backfill with faults; a JSON summary as last line.

@@ -4,6 +4,7 @@ the bundle's vocabulary matches its sentencepiece model and that every weight is
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from assets.plots import LossCurve, chart_markdown
 from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.slots import machine_slot
-from assets.stage import Stage, fingerprint
+from assets.stage import Manifest, Stage, fingerprint
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
 from psp_core.models.bundle import BundleError, load_bundle
@@ -188,7 +189,107 @@ def _model_selection(
     return (str(config.dev_sts), StsEvaluator(dev_path)) if dev_path else (None, None)
 
 
-def build_model(
+@dataclass
+class ModelTraining:
+    """What one training of a language's model needs: its inputs (the upstream stages), its
+    settings and their fingerprint, and where it reports."""
+
+    context: AssetExecutionContext
+    spec: LanguageSpec
+    stage: Stage
+    spm: Manifest
+    data: Manifest
+    train_config: TrainConfig
+    settings: dict
+    key: str
+    selection: str | None
+    dev_evaluator: object | None
+    held_back: dict[str, Path]
+    storage: StorageResource
+    compute: ComputeResource
+    eval_data: EvaluationDataResource
+
+    def train_version(self, bundle_path: Path) -> dict:
+        """Train into ``bundle_path`` (a new version's folder) and return the version's record,
+        lineage and dev scores. Holds a machine-wide training slot while it trains."""
+        checkpoint = self.stage.path(f"checkpoint-{self.key}")
+        started = time.perf_counter()
+        with (
+            stop_when_orphaned(self.context.log.error),
+            machine_slot(
+                Path(self.storage.root) / ".locks",
+                "psp_training",
+                self.compute.max_concurrent_trainings,
+                on_wait=self.context.log.info,
+            ),
+        ):
+            # A checkpoint is resumed only by a run with the same inputs and settings (a failed
+            # or retried run picks up where it stopped); checkpoints of other settings are
+            # stale. Removed only while holding the training slot: never under a live training.
+            for stale in self.stage.directory.glob("checkpoint-*"):
+                if stale != checkpoint:
+                    shutil.rmtree(stale, ignore_errors=True)
+            window = [time.time()]
+            curve = LossCurve()
+            result = self._train(bundle_path, checkpoint, curve)
+            window.append(time.time())
+        return {
+            "record": self._record(result, curve, window, time.perf_counter() - started),
+            "lineage": {
+                "sentencepiece_model": self.spm.fingerprint,
+                "training_data": self.data.fingerprint,
+            },
+            "dev_scores": dev_scores(
+                psp_core.load_model(result.bundle), self.eval_data.path(), self.held_back
+            ),
+        }
+
+    def _train(self, bundle_path: Path, checkpoint: Path, curve: LossCurve):
+        self.context.log.info(
+            "training %s on %s: %s", self.spec.code, self.data.output("data"), self.settings
+        )
+        training = partial(
+            psp_core.train,
+            self.data.output("data"),
+            self.spm.output("model"),
+            bundle_path,
+            self.train_config,
+            dev_evaluator=self.dev_evaluator,
+            checkpoint_dir=checkpoint,
+            pretokenizer=self.spec.pretokenizer,
+            on_step=curve,
+        )
+        with logs_to_dagster(self.context.log):  # psp_core's resume and progress lines
+            try:
+                return training()
+            except psp_core.training.CheckpointMismatchError as error:
+                # the directory is keyed by the inputs and settings, so only a file changed
+                # in place (or a damaged checkpoint) gets here: its work cannot be used
+                self.context.log.warning("%s: starting the training over", error)
+                return training(resume=False)
+
+    def _record(self, result, curve: LossCurve, window: list[float], seconds: float) -> dict:
+        bundle_config = json.loads((result.bundle / "config.json").read_text())
+        selection = self.selection
+        return {
+            "history": result.state.history,
+            "steps": result.state.step,
+            "best_epoch": result.state.best_epoch,
+            "best_dev_score": result.state.best_score,
+            # (the dev suite's STS 2017 track: the evaluation marks it dev, as STS-B's dev split)
+            "dev_sts": DEV_FILES["sts17_en_en"] if selection == DEV_SUITE_SELECTION else selection,
+            "model_selection": selection,
+            "dim": bundle_config["dim"],
+            "vocab_size": bundle_config["vocab_size"],
+            "settings": self.settings,
+            "seconds": round(seconds, 3),
+            "training_window": window,
+            # mean loss per window of steps (of this run's steps: a resumed run starts later)
+            "loss_curve": curve.curve(),
+        }
+
+
+def plan_training(
     context: AssetExecutionContext,
     spec: LanguageSpec,
     config: TrainingConfig,
@@ -196,11 +297,10 @@ def build_model(
     compute: ComputeResource,
     eval_data: EvaluationDataResource,
     profile: ProfileResource,
-    *,
-    profile_asset: str = "psp_model",
-) -> MaterializeResult:
-    """The training stage of ``spec`` (a language, or the multilingual model with
-    ``profile_asset="multi_psp_model"``)."""
+    profile_asset: str,
+) -> ModelTraining:
+    """The training ``spec``'s stage would run now: the profile's settings under the run's
+    overrides, the model selection, and the fingerprint that decides whether it reruns."""
     stage = Stage(storage, spec.code, "psp_model")
     spm = stage.upstream("sentencepiece_model")
     data = stage.upstream("training_data")
@@ -227,97 +327,69 @@ def build_model(
         pretokenizer=spec.pretokenizer,
         dev=selection,
     )
+    return ModelTraining(
+        context,
+        spec,
+        stage,
+        spm,
+        data,
+        train_config,
+        settings,
+        key,
+        selection,
+        dev_evaluator,
+        held_back,
+        storage,
+        compute,
+        eval_data,
+    )
 
+
+def build_model(
+    context: AssetExecutionContext,
+    spec: LanguageSpec,
+    config: TrainingConfig,
+    storage: StorageResource,
+    compute: ComputeResource,
+    eval_data: EvaluationDataResource,
+    profile: ProfileResource,
+    *,
+    profile_asset: str = "psp_model",
+) -> MaterializeResult:
+    """The training stage of ``spec`` (a language, or the multilingual model with
+    ``profile_asset="multi_psp_model"``): a new version trained unless one was trained from
+    the same inputs and settings, the promotion gate, then the exports of the promoted model."""
+    unknown = sorted(set(config.exports) - set(EXPORT_FORMATS))
+    if unknown:
+        raise Failure(f"psp_model: exports {unknown} unknown; choose from {list(EXPORT_FORMATS)}")
+    job = plan_training(context, spec, config, storage, compute, eval_data, profile, profile_asset)
     registry = model_registry(storage, spec.code)  # (adopts a bundle of an earlier release)
 
-    def train_version(bundle_path: Path) -> dict:
-        checkpoint = stage.path(f"checkpoint-{key}")
-        started = time.perf_counter()
-        with (
-            stop_when_orphaned(context.log.error),
-            machine_slot(
-                Path(storage.root) / ".locks",
-                "psp_training",
-                compute.max_concurrent_trainings,
-                on_wait=context.log.info,
-            ),
-        ):
-            # A checkpoint is resumed only by a run with the same inputs and settings (a failed
-            # or retried run picks up where it stopped); checkpoints of other settings are
-            # stale. Removed only while holding the training slot: never under a live training.
-            for stale in stage.directory.glob("checkpoint-*"):
-                if stale != checkpoint:
-                    shutil.rmtree(stale, ignore_errors=True)
-            window_start = time.time()
-            context.log.info("training %s on %s: %s", spec.code, data.output("data"), settings)
-            training = partial(
-                psp_core.train,
-                data.output("data"),
-                spm.output("model"),
-                bundle_path,
-                train_config,
-                dev_evaluator=dev_evaluator,
-                checkpoint_dir=checkpoint,
-                pretokenizer=spec.pretokenizer,
-            )
-            curve = LossCurve()
-            training = partial(training, on_step=curve)
-            with logs_to_dagster(context.log):  # psp_core's resume and progress lines
-                try:
-                    result = training()
-                except psp_core.training.CheckpointMismatchError as error:
-                    # the directory is keyed by the inputs and settings, so only a file changed
-                    # in place (or a damaged checkpoint) gets here: its work cannot be used
-                    context.log.warning("%s: starting the training over", error)
-                    result = training(resume=False)
-            window = [window_start, time.time()]
-        bundle_config = json.loads((result.bundle / "config.json").read_text())
-        record = {
-            "history": result.state.history,
-            "steps": result.state.step,
-            "best_epoch": result.state.best_epoch,
-            "best_dev_score": result.state.best_score,
-            # (the dev suite's STS 2017 track: the evaluation marks it dev, as STS-B's dev split)
-            "dev_sts": DEV_FILES["sts17_en_en"] if selection == DEV_SUITE_SELECTION else selection,
-            "model_selection": selection,
-            "dim": bundle_config["dim"],
-            "vocab_size": bundle_config["vocab_size"],
-            "settings": settings,
-            "seconds": round(time.perf_counter() - started, 3),
-            "training_window": window,
-            # mean loss per window of steps (of this run's steps: a resumed run starts later)
-            "loss_curve": curve.curve(),
-        }
-        lineage = {"sentencepiece_model": spm.fingerprint, "training_data": data.fingerprint}
-        scores = dev_scores(psp_core.load_model(result.bundle), eval_data.path(), held_back)
-        return {"record": record, "lineage": lineage, "dev_scores": scores}
-
     def run() -> tuple[dict, dict]:
-        version = None if config.force else registry.find(key)
+        version = None if config.force else registry.find(job.key)
         if version is not None:
             context.log.info(
                 "version %s was trained from these inputs and settings: reusing it", version.id
             )
         else:
-            version = registry.add_version(key, train_version)
+            version = registry.add_version(job.key, job.train_version)
         return {"bundle": f"{VERSIONS}/{version.id}/model"}, {
             **version.info["record"],
             "version": version.id,
         }
 
-    unknown = sorted(set(config.exports) - set(EXPORT_FORMATS))
-    if unknown:
-        raise Failure(f"psp_model: exports {unknown} unknown; choose from {list(EXPORT_FORMATS)}")
-    manifest = stage.run(key, run, force=config.force)
+    manifest = job.stage.run(job.key, run, force=config.force)
     if not manifest.reused:
         # the card with the data funnel and the run (the evaluation adds its tables)
-        refresh_model_card(manifest, card_facts(stage, spec.code, manifest.record))
+        refresh_model_card(manifest, card_facts(job.stage, spec.code, manifest.record))
     version = (
         registry.version(manifest.record["version"])
         if "version" in manifest.record
         else registry.promoted()  # a manifest of an earlier release: its adopted bundle
     )
-    decision, line = run_gate(registry, version, eval_data.path(), spec.promotion, held_back)
+    decision, line = run_gate(
+        registry, version, eval_data.path(), spec.promotion, held_back=job.held_back
+    )
     if decision is not None and not decision.promote:
         context.log.warning(line)
     else:
@@ -329,37 +401,11 @@ def build_model(
         )
     promoted = promoted_model(storage, spec.code)
     exports = write_exports(promoted, config.exports)
-    record = manifest.record
-    history = record["history"]
     metadata = common_metadata(manifest, "bundle")
     metadata.update(gate_metadata(decision, version, registry))
     for format, directory in exports.items():
         metadata[f"export_{format}"] = MetadataValue.path(str(directory))
-    metadata.update(
-        {
-            "dim": MetadataValue.int(record["dim"]),
-            "vocab_size": MetadataValue.int(record["vocab_size"]),
-            "steps": MetadataValue.int(record["steps"]),
-            **loss_pictures(record),
-            "epochs": epochs_table(history),
-            "final_loss": MetadataValue.float(
-                round(float(history[-1]["loss"] or 0.0), 4) if history else 0.0
-            ),
-            "pairs_per_second": MetadataValue.float(
-                round(float(history[-1]["pairs_per_second"] or 0.0), 1) if history else 0.0
-            ),
-            "seconds": MetadataValue.float(round(float(record["seconds"]), 1)),
-            "settings": settings_table(record["settings"]),
-        }
-    )
-    window = record.get("training_window")
-    if window:
-        metadata["training_started"] = MetadataValue.timestamp(float(window[0]))
-        metadata["training_ended"] = MetadataValue.timestamp(float(window[1]))
-    if record.get("best_dev_score") is not None:
-        metadata["best_dev_score"] = MetadataValue.float(round(float(record["best_dev_score"]), 2))
-        # counted from 1, as the epochs table and chart count them
-        metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]) + 1)
+    metadata.update(training_metadata(manifest.record))
     promoted_check = AssetCheckResult(
         check_name=PROMOTED_CHECK,
         passed=promoted.fingerprint == version.id,
@@ -371,7 +417,37 @@ def build_model(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),
         check_results=[
-            *check_bundle(manifest.output("bundle"), spm.output("model")),
+            *check_bundle(manifest.output("bundle"), job.spm.output("model")),
             promoted_check,
         ],
     )
+
+
+def training_metadata(record: dict) -> dict[str, MetadataValue]:
+    """What the UI shows of a training: sizes, steps, the loss and dev-score pictures, the
+    epochs table, the last epoch's loss and speed, the settings and when it ran."""
+    history = record["history"]
+    metadata = {
+        "dim": MetadataValue.int(record["dim"]),
+        "vocab_size": MetadataValue.int(record["vocab_size"]),
+        "steps": MetadataValue.int(record["steps"]),
+        **loss_pictures(record),
+        "epochs": epochs_table(history),
+        "final_loss": MetadataValue.float(
+            round(float(history[-1]["loss"] or 0.0), 4) if history else 0.0
+        ),
+        "pairs_per_second": MetadataValue.float(
+            round(float(history[-1]["pairs_per_second"] or 0.0), 1) if history else 0.0
+        ),
+        "seconds": MetadataValue.float(round(float(record["seconds"]), 1)),
+        "settings": settings_table(record["settings"]),
+    }
+    window = record.get("training_window")
+    if window:
+        metadata["training_started"] = MetadataValue.timestamp(float(window[0]))
+        metadata["training_ended"] = MetadataValue.timestamp(float(window[1]))
+    if record.get("best_dev_score") is not None:
+        metadata["best_dev_score"] = MetadataValue.float(round(float(record["best_dev_score"]), 2))
+        # counted from 1, as the epochs table and chart count them
+        metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]) + 1)
+    return metadata

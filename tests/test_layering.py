@@ -4,6 +4,7 @@
   install) importing nothing of the pipeline;
 * no import cycle inside a package, and psp_core grouped by concept: a handful of modules at its
   top level, the rest in packages named after what they hold;
+* no function longer than LONGEST_FUNCTION lines in the product packages;
 * Dagster's private modules reached from one module only (``pipelines/dagster_internals.py``),
   so that the install can accept any patch release of a Dagster series.
 
@@ -130,3 +131,19 @@ def test_dagster_private_modules_are_imported_from_one_place() -> None:
         if private.search(path.read_text(encoding="utf-8"))
     }
     assert users <= DAGSTER_INTERNALS, users - DAGSTER_INTERNALS
+
+
+#: the longest a function of the product packages may be, in lines
+LONGEST_FUNCTION = 120
+
+
+def test_no_function_of_the_product_is_too_long_to_read() -> None:
+    long = []
+    for package in ("psp_core", "ops", "assets", "pipelines"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > LONGEST_FUNCTION:
+                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} {lines}")
+    assert long == []
