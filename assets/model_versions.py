@@ -120,8 +120,9 @@ def run_gate(
 def gate_metadata(
     decision: GateDecision | None, version: Version, registry: ModelRegistry
 ) -> dict[str, MetadataValue]:
-    """The decision at a glance: this version, the promoted one, and the dev scores side by
-    side."""
+    """The decision at a glance: this version, the promoted one, the decision with its reason
+    and the dev scores side by side. A version decided by an earlier run (a reused re-run)
+    shows that run's decision, reason and scores as the registry's history recorded them."""
     promoted = registry.promoted()
     metadata = {
         "version": MetadataValue.text(version.id),
@@ -132,18 +133,31 @@ def gate_metadata(
             else ("promoted" if promoted == version else "decided before")
         ),
     }
-    if decision is None:
+    if decision is not None:
+        metadata["promotion_reason"] = MetadataValue.text(decision.reason)
+        scores = {"candidate": decision.candidate, "incumbent": decision.incumbent}
+        metadata["promotion_scores"] = _scores_table(scores, decision.tolerance)
         return metadata
-    metadata["promotion_reason"] = MetadataValue.text(decision.reason)
-    names = sorted(set(decision.candidate) | set(decision.incumbent or {}))
-    rows = ["| dev score | this version | promoted before |", "|---|---:|---:|"]
-    for name in names:
-        mine = decision.candidate.get(name)
-        theirs = (decision.incumbent or {}).get(name)
-        rows.append(f"| {name} | {_cell(mine)} | {_cell(theirs)} |")
-    rows.append(f"\nTolerance {decision.tolerance} points (the registry's [promotion] table).")
-    metadata["promotion_scores"] = MetadataValue.md("\n".join(rows))
+    earlier = [e for e in registry.history() if e.get("version") == version.id]
+    if earlier:  # (none for a bundle adopted from an earlier release)
+        last = earlier[-1]
+        action = last.get("action", "")
+        when = f" at {last['time']}" if last.get("time") else ""
+        metadata["promotion_decided"] = MetadataValue.text(f"{action}{when}, by an earlier run")
+        metadata["promotion_reason"] = MetadataValue.text(str(last.get("reason", "")))
+        if last.get("scores"):
+            metadata["promotion_scores"] = _scores_table(last["scores"], None)
     return metadata
+
+
+def _scores_table(scores: dict, tolerance: float | None) -> MetadataValue:
+    candidate, incumbent = scores.get("candidate") or {}, scores.get("incumbent") or {}
+    rows = ["| dev score | this version | promoted before |", "|---|---:|---:|"]
+    for name in sorted(set(candidate) | set(incumbent)):
+        rows.append(f"| {name} | {_cell(candidate.get(name))} | {_cell(incumbent.get(name))} |")
+    if tolerance is not None:
+        rows.append(f"\nTolerance {tolerance} points (the registry's [promotion] table).")
+    return MetadataValue.md("\n".join(rows))
 
 
 def _cell(value: float | None) -> str:

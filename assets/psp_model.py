@@ -79,7 +79,11 @@ def loss_pictures(record: dict) -> dict[str, MetadataValue]:
     pictures = {
         "loss_curve": MetadataValue.md(
             chart_markdown(
-                curve, title="training loss", x_label="step", alt="loss curve", x_start=1
+                curve,
+                title="training loss (mean per window of steps)",
+                x_label="step",
+                alt="loss curve",
+                x_start=1,
             )
         )
     }
@@ -433,7 +437,7 @@ def training_metadata(record: dict) -> dict[str, MetadataValue]:
         "steps": MetadataValue.int(record["steps"]),
         **loss_pictures(record),
         "epochs": epochs_table(history),
-        "final_loss": MetadataValue.float(
+        "last_epoch_mean_loss": MetadataValue.float(
             round(float(history[-1]["loss"] or 0.0), 4) if history else 0.0
         ),
         "pairs_per_second": MetadataValue.float(

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from psp_core.training.progress import format_duration
 
@@ -55,3 +57,32 @@ class Progress:
                 f"{rate:,.0f} {self.unit}/s, eta {format_duration(left)}"
             )
         return f"{self.stage}: {self.done:,} {self.unit}, {rate:,.0f} {self.unit}/s"
+
+
+@contextmanager
+def heartbeat(
+    describe: Callable[[], str],
+    *,
+    seconds: float | None = None,
+    emit: Callable[[str], None] | None = None,
+) -> Iterator[None]:
+    """While the block runs a call that reports nothing of its own (a library's training loop),
+    log ``describe()`` and the time spent every ``seconds``, from a thread of its own (the call
+    must release the GIL, as sentencepiece's trainer does)."""
+    # (never a busy loop, whatever the setting)
+    every = max(DEFAULT_SECONDS if seconds is None else seconds, 0.01)
+    emit = emit or log.info
+    started = time.perf_counter()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every):
+            emit(f"{describe()}: {format_duration(time.perf_counter() - started)} so far")
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

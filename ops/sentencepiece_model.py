@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import sentencepiece as spm
 
 from ops.pair_files import iter_pair_batches, pair_file_info
+from ops.progress import Progress, heartbeat
 from ops.text_io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -103,12 +104,14 @@ def reservoir_sample_arrays(arrays: Iterable[pa.Array], size: int, seed: int) ->
     return sample[:filled].tolist()
 
 
-def _pair_sentences(input: str | Path) -> Iterator[pa.Array]:
+def _pair_sentences(input: str | Path, progress: Progress | None = None) -> Iterator[pa.Array]:
     """Both sides of a pair file as Arrow string arrays, without empty or blank sentences."""
     for batch in iter_pair_batches(input, _SAMPLE_BATCH):
         for column in ("src", "tgt"):
             text = batch.column(column)
             yield text.filter(pc.not_equal(pc.utf8_trim_whitespace(text), ""))
+        if progress is not None:
+            progress.update(2 * batch.num_rows)
 
 
 _REQUIRED_CHARS = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
@@ -168,8 +171,10 @@ def _train_on_sample(
                     minloglevel=2,
                 )
 
+        describe = f"sentencepiece: training vocab {vocab_size} on {n_sentences:,} sentences"
         try:
-            train(vocab_size)
+            with heartbeat(lambda: describe):
+                train(vocab_size)
         except RuntimeError as error:
             needed = vocabulary_for_characters(error)
             if needed is None:
@@ -184,7 +189,9 @@ def _train_on_sample(
                 needed[1],
             )
             model = io.BytesIO()
-            train(needed[1])
+            describe = f"sentencepiece: training vocab {needed[1]} on {n_sentences:,} sentences"
+            with heartbeat(lambda: describe):
+                train(needed[1])
     with atomic_path(output) as tmp:
         tmp.write_bytes(model.getvalue())
     return output
@@ -241,7 +248,9 @@ def train_sentencepiece_from_pairs(
     are used, so the training cost is bounded by that number rather than by the corpus size.
     """
     n_pairs = pair_file_info(input)[0]
-    sample = reservoir_sample_arrays(_pair_sentences(input), input_sentence_size, seed)
+    progress = Progress("sentencepiece sample", 2 * n_pairs, unit="sentences")
+    sentences = _pair_sentences(input, progress)
+    sample = reservoir_sample_arrays(sentences, input_sentence_size, seed)
     if not sample:
         raise ValueError(
             f"{input}: no non-empty sentences to train sentencepiece on ({n_pairs} pairs); "

@@ -11,10 +11,24 @@ from __future__ import annotations
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
 
 from assets.languages import load_registry
-from assets.profiles import retrain_run_config
+from assets.profiles import profile_from_environment, retrain_run_config
 from pipelines.jobs import psp_language_job
 
 RETRAIN_CRON = "0 3 * * 1"  # Mondays 03:00
+
+
+def _description() -> str:
+    """What the UI shows of the schedule: the profile its runs use (read when the code location
+    loads) and that unchanged stages are reused."""
+    try:
+        profile = profile_from_environment("PSP_RETRAIN_PROFILE").value
+    except ValueError as error:
+        profile = f"unreadable ({error})"
+    return (
+        f"Weekly retraining, Mondays 03:00 UTC: one run per language of the registry, each with "
+        f"the {profile} profile (PSP_RETRAIN_PROFILE; the paper's settings unless it says "
+        "otherwise, whatever profile the launchpad defaults to). Unchanged stages are reused."
+    )
 
 
 @schedule(
@@ -22,14 +36,17 @@ RETRAIN_CRON = "0 3 * * 1"  # Mondays 03:00
     cron_schedule=RETRAIN_CRON,
     execution_timezone="UTC",
     default_status=DefaultScheduleStatus.STOPPED,
-    description="Weekly retraining of every language in the registry (unchanged stages are reused).",
+    description=_description(),
 )
 def weekly_retrain_schedule(context: ScheduleEvaluationContext):
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%dT%H:%M")
+    run_config = retrain_run_config()
+    profile = run_config["resources"]["profile"]["config"]["name"]
     for lang in load_registry().codes:
         yield RunRequest(
             run_key=f"retrain-{lang}-{stamp}",
             partition_key=lang,
-            run_config=retrain_run_config(),
-            tags={"psp/trigger": "schedule"},
+            run_config=run_config,
+            # shown in the schedule's preview, one row per request
+            tags={"psp/trigger": "schedule", "psp/language": lang, "psp/profile": profile},
         )

@@ -93,7 +93,11 @@ def new_bitext_sensor(
                 run_key=f"{lang}:{json.dumps(overrides, sort_keys=True)}:{inbox}",
                 partition_key=lang,
                 run_config=run_config,
-                tags={"psp/trigger": "new bitext: " + ", ".join(reasons)},
+                tags={
+                    "psp/trigger": "new bitext: " + ", ".join(reasons),
+                    "psp/language": lang,
+                    "psp/profile": run_config["resources"]["profile"]["config"]["name"],
+                },
             )
         )
         seen.update(newer)

@@ -81,11 +81,12 @@ def languages_of(lang: str, kind: str, groups: tuple[str, ...] = ()) -> list[str
 
 
 def epoch_summary(record: dict) -> str:
-    """One epoch's record as the log line a person reads: ``epoch 3 done at step 1,865, loss
-    0.5123, 2,631 pairs/s, 36.2 s, dev score 82.41`` (epochs counted from 1, as the tables)."""
+    """One epoch's record as the log line a person reads: ``epoch 3 done at step 1,865, mean loss
+    0.5123, 2,631 pairs/s, 36.2 s, dev score 82.41`` (epochs counted from 1, as the tables; the
+    loss is the mean over the whole epoch, where a progress line's is over its last steps)."""
     parts = [f"epoch {record['epoch'] + 1} done at step {record['steps']:,}"]
     if record.get("loss") is not None:
-        parts.append(f"loss {record['loss']:.4f}")
+        parts.append(f"mean loss {record['loss']:.4f}")
     if record.get("pairs_per_second") is not None:
         parts.append(f"{record['pairs_per_second']:,.0f} pairs/s")
     if record.get("seconds") is not None:

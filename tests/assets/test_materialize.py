@@ -121,10 +121,10 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert (trained["dim"], trained["vocab_size"]) == (32, spm["vocab_size"])
     assert column(trained["epochs"], "epoch") == [1] and trained["pairs_per_second"] > 0
     assert "data:image/svg+xml;base64," in trained["loss_curve"]  # the loss picture
-    assert trained["final_loss"] == round(trained["final_loss"], 4)
+    assert trained["last_epoch_mean_loss"] == round(trained["last_epoch_mean_loss"], 4)
     assert trained["training_ended"] >= trained["training_started"] > 1.7e9  # timestamps
     assert "model_path" not in trained and "lr" in column(trained["settings"], "name")
-    assert trained["final_loss"] > 0
+    assert trained["last_epoch_mean_loss"] > 0
     model = load_model(root / "de" / "psp_model" / "model")
     assert model.embed(["the old man reads a long letter."]).shape == (1, 32)
 

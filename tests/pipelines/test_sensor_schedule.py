@@ -141,3 +141,15 @@ def test_schedule_requests_every_language_once_per_tick() -> None:
     assert len({r.run_key for r in requests}) == len(requests)
     assert all(r.run_key.endswith("2024-05-06T03:00") for r in requests)
     assert weekly_retrain_schedule.cron_schedule == "0 3 * * 1"
+
+
+def test_each_scheduled_request_says_its_language_and_profile(monkeypatch) -> None:
+    """The schedule's preview in the UI lists one row per request: each names its language and
+    the profile it trains with, and the schedule's description names the profile too."""
+    monkeypatch.setenv("PSP_RETRAIN_PROFILE", "smoke")
+    when = datetime(2024, 5, 6, 3, 0, tzinfo=UTC)
+    requests = list(weekly_retrain_schedule(build_schedule_context(scheduled_execution_time=when)))
+    assert [r.tags["psp/language"] for r in requests] == load_registry().codes
+    assert {r.tags["psp/profile"] for r in requests} == {"smoke"}
+    assert "PSP_RETRAIN_PROFILE" in weekly_retrain_schedule.description
+    assert "profile" in weekly_retrain_schedule.description

@@ -103,6 +103,6 @@ def test_the_epoch_line_is_words_not_a_dict() -> None:
         "dev_score": 82.4123,
     }
     assert epoch_summary(record) == (
-        "epoch 3 done at step 1,865, loss 0.5123, 2,631 pairs/s, 36.2 s, dev score 82.41"
+        "epoch 3 done at step 1,865, mean loss 0.5123, 2,631 pairs/s, 36.2 s, dev score 82.41"
     )
     assert epoch_summary({"epoch": 0, "steps": 14, "loss": None}) == "epoch 1 done at step 14"
