@@ -31,11 +31,10 @@ from assets import (
     training_data,
 )
 from assets.resources import default_resources
-from pipelines.dead_run_sensor import dead_run_sensor
 from pipelines.executor import code_location_executor
 from pipelines.jobs import JOBS
 from pipelines.schedules import weekly_retrain_schedule
-from pipelines.sensors import new_bitext_sensor
+from pipelines.sensors import dead_run_sensor, new_bitext_sensor
 
 #: Stage modules in pipeline order.
 ASSET_MODULES = [

@@ -1,6 +1,7 @@
-"""new_bitext_sensor: start a language's run when new bitext appears for it, and only then.
+"""The code location's sensors: ``new_bitext_sensor`` starts a language's run when new bitext
+appears for it, and only then; ``dead_run_sensor`` marks failed the runs whose worker died.
 
-Two signals, per language:
+The new bitext sensor watches two signals, per language:
 
 * **a newer OPUS release** of one of its configured corpora (the API's newest version compared,
   ``v2018`` < ``v2024``, with the newest one already acted on, or with the configured version
@@ -12,6 +13,13 @@ Two signals, per language:
 
 The cursor (JSON) remembers what was acted on, so a change starts exactly one run. An OPUS API
 that cannot be reached is logged and retried on the next tick; it never blocks the inbox check.
+
+Runs fail their dead predecessors when they start and while they execute
+(``pipelines.executor``, through ``pipelines.dead_runs``); under ``dagster dev`` or
+``dagster-daemon`` the dead run sensor also does it every 30 seconds when no run is executing, so
+a killed run shows as failed in the UI, stops counting against ``max_concurrent_runs`` and gives
+back its pool slots without waiting for the next run. It never requests runs; it is on by
+default.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from assets.languages import LanguageSpec, load_registry
 from assets.profiles import retrain_run_config
 from assets.resources import OpusResource, StorageResource, version_key
 from ops.opus import OpusError
+from pipelines.dead_runs import fail_dead_runs
 from pipelines.jobs import psp_language_job
 
 
@@ -109,3 +118,22 @@ def new_bitext_sensor(
             skip_reason=SkipReason("no new OPUS releases or inbox files"), cursor=new_cursor
         )
     return SensorResult(run_requests=run_requests, cursor=new_cursor)
+
+
+DEAD_RUN_INTERVAL_SECONDS = 30
+
+
+@sensor(
+    name="dead_run_sensor",
+    minimum_interval_seconds=DEAD_RUN_INTERVAL_SECONDS,
+    default_status=DefaultSensorStatus.RUNNING,
+    description=(
+        "Marks failed the runs whose worker process on this host is gone (kill -9, OOM) and "
+        "frees their concurrency slots (the psp_training pool). Never starts a run."
+    ),
+)
+def dead_run_sensor(context: SensorEvaluationContext) -> SkipReason:
+    failed = fail_dead_runs(context.instance, context.log.warning)
+    if failed:
+        return SkipReason(f"marked {len(failed)} dead run(s) failed: {', '.join(failed)}")
+    return SkipReason("no dead runs")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, SkipReason, build_sensor_context
 
-from pipelines.dead_run_sensor import dead_run_sensor
 from pipelines.dead_runs import WORKER_TAG, WorkerIdentity, fail_dead_runs
+from pipelines.sensors import dead_run_sensor
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.corpora import publish_de
 from tests.pipelines.dagster_cli import (
