@@ -1,0 +1,125 @@
+"""Each stage's fingerprint, for fixed inputs and settings, is the value the stage always gave.
+
+The fingerprint is the stage's Dagster data version and decides whether a re-run reuses its
+work: a refactoring that changed it would recompute (retrain) every user's stages. The values
+below were computed once and are pinned: a change to one of them must be a deliberate change of
+the stage (its code version, or what decides its output), never a side effect.
+
+The data stages run on generated corpora served by the loopback OPUS server, with a registry
+written here (so an edit of the shipped registry does not move them): de from three corpora,
+one capped (the caps path of deduplicated_pairs). The registry's only language is de, so the
+multilingual model's chain runs on de's pairs alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import materialize
+
+from pipelines.definitions import defs
+from tests.ops.opus_server import OpusServer, build_moses_zip
+from tests.pipelines.conftest import loopback_resources
+from tests.pipelines.corpora import publish_de
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+DATA_STAGES = (
+    "raw_pairs",
+    "langid_filtered_pairs",
+    "length_filtered_pairs",
+    "deduplicated_pairs",
+    "sentencepiece_model",
+    "training_data",
+)
+MULTI_STAGES = ("multi_pairs", "multi_sentencepiece_model", "multi_training_data")
+REGISTRY = (
+    '[languages.de]\nsource = "opus"\ncorpora = [\n'
+    '  { name = "OpenSubtitles", version = "v2018", cap = 100 },\n'
+    '  { name = "Tanzil", version = "v1" },\n  { name = "GlobalVoices", version = "v2017q3" },\n]\n'
+)
+#: the settings a run may set, each away from its default
+SETTINGS = {
+    "ops": {
+        "langid_filtered_pairs": {"config": {"threshold": 0.3}},
+        "sentencepiece_model": {"config": {"vocab_size": 300, "input_sentence_size": 5000}},
+        "training_data": {"config": {"seed": 7}},
+        "multi_pairs": {"config": {"sampling_alpha": 0.7}},
+        "multi_sentencepiece_model": {"config": {"vocab_size": 300}},
+        "multi_training_data": {"config": {"seed": 7}},
+    }
+}
+
+#: what the stages wrote before the asset layer was refactored
+PINNED = {
+    "smoke": {
+        "raw_pairs": "ffd486c9455eb87f5bfebc49",
+        "langid_filtered_pairs": "f66cdc52997a2e3f3f15a2cf",
+        "length_filtered_pairs": "b75a2a2d6ccd2393ce59adb6",
+        "deduplicated_pairs": "b696399472cedb5b1682a3d2",
+        "sentencepiece_model": "fc4f2cb301a48d63928e9f70",
+        "training_data": "d3b7ee66632c4692d7c03746",
+        "multi_pairs": "ba2ba382ee0141e3bf0d533a",
+        "multi_sentencepiece_model": "48c52605c461e2081bb95194",
+        "multi_training_data": "308032d635a5a7ab020afbda",
+    },
+    "settings": {
+        "raw_pairs": "ffd486c9455eb87f5bfebc49",
+        "langid_filtered_pairs": "99f1ebfc9e75fe410a2fa110",
+        "length_filtered_pairs": "4f578e60fcb6e12bb4b1c098",
+        "deduplicated_pairs": "f704e3d911285347ae686bb5",
+        "sentencepiece_model": "a936b29df14b3530e679d0e6",
+        "training_data": "41c4e44e3fdfed65a373c209",
+        "multi_pairs": "10cac8c1f120de0f8a657fcd",
+        "multi_sentencepiece_model": "f15de1268040669d8f8e7594",
+        "multi_training_data": "a8e4fcd44acc7b22edad6155",
+    },
+}
+
+
+def fingerprints(root: Path) -> dict[str, str]:
+    """Each stage's fingerprint, from its ``manifest.json`` (the multilingual stages' by the
+    asset's name; they are stored under the code ``multi``)."""
+
+    def written(code: str, stage: str) -> str:
+        return json.loads((root / code / stage / "manifest.json").read_text())["fingerprint"]
+
+    found = {name: written("de", name) for name in DATA_STAGES}
+    for name in MULTI_STAGES:
+        stage = "deduplicated_pairs" if name == "multi_pairs" else name.removeprefix("multi_")
+        found[name] = written("multi", stage)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", sorted(PINNED))
+def test_data_stage_fingerprints_are_unchanged(
+    run: str, opus_server: OpusServer, tmp_path: Path, monkeypatch
+) -> None:
+    publish_de(opus_server, build_moses_zip)
+    registry = tmp_path / "languages.toml"
+    registry.write_text(REGISTRY)
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+
+    def config(names: tuple[str, ...]) -> dict:
+        ops = SETTINGS["ops"] if run == "settings" else {}
+        return SMOKE | {"ops": {name: ops[name] for name in names if name in ops}}
+
+    result = materialize(
+        [defs.get_assets_def(name) for name in DATA_STAGES],
+        partition_key="de",
+        resources=resources,
+        run_config=config(DATA_STAGES),
+    )
+    assert result.success
+    multi = materialize(
+        [defs.get_assets_def(name) for name in MULTI_STAGES],
+        resources=resources,
+        run_config=config(MULTI_STAGES),
+    )
+    assert multi.success
+    assert fingerprints(tmp_path / "storage") == PINNED[run]
