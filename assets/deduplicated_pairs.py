@@ -5,25 +5,13 @@ to 2,000, and every pair sharing a sentence with them: ops.held_back), and for l
 pre-tokenizer (zh) segmented with jieba: the text the vocabulary and model see. A segmented language keeps its unsegmented pairs too
 (output ``unsegmented``): the multilingual model applies its own pre-tokenizer to them."""
 
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    DataVersion,
-    MaterializeResult,
-    MetadataValue,
-    asset,
-)
+from dagster import MetadataValue
 
-from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import StageConfig, op_config, plain_schema
-from assets.languages import load_registry
-from assets.log_bridge import logs_to_dagster
+from assets.config import StageConfig
 from assets.metadata import corpora_table, pipeline_funnel_table, report_metadata
-from assets.partitions import language_partitions
-from assets.resources import ComputeResource, StorageResource
-from assets.stage import Stage, fingerprint
+from assets.records import DeduplicatedRecord, PairCounts, RawPairsRecord, read_record
+from assets.stage import Manifest
+from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.corpus_caps import cap_corpora
 from ops.dedup import deduplicate
 from ops.held_back import hold_back
@@ -46,50 +34,14 @@ def _merge(record: dict, later: dict) -> None:
     record["seconds"] += later["seconds"]
 
 
-@asset(
-    config_schema=plain_schema(StageConfig),
-    partitions_def=language_partitions,
-    group_name=DATA_GROUP,
-    owners=OWNERS,
-    code_version=CODE_VERSION,
-    deps=["length_filtered_pairs"],
-    kinds={"parquet"},
-    check_specs=[
-        AssetCheckSpec(
-            CHECK,
-            asset="deduplicated_pairs",
-            blocking=True,
-            description="At least one pair is left after dedup and the corpus caps. Blocking: "
-            "sentencepiece and training need data.",
-        )
-    ],
-)
-def deduplicated_pairs(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    compute: ComputeResource,
-) -> MaterializeResult:
-    """Lowercase and drop repeated pairs, cap corpora (seeded samples); segment Chinese."""
-    config = op_config(context, StageConfig)
-    spec = load_registry()[context.partition_key]
-    stage = Stage(storage, spec.code, "deduplicated_pairs")
-    upstream = stage.upstream("length_filtered_pairs")
+def plan(run: StageRun) -> Plan:
+    """The registry's corpus caps and pre-tokenizer, the caps' seed."""
+    upstream = run.upstream("length_filtered_pairs")
+    spec, stage = run.spec, run.stage
     caps = {corpus.name: corpus.cap for corpus in spec.corpora if corpus.cap is not None}
     segment = spec.pretokenizer != "none"
-    # (only a segmented language's key names the unsegmented output: an unsegmented language's
-    # key, and so its output on disk, stays valid)
-    kept = {"keeps_unsegmented": True} if segment else {}
-    key = fingerprint(
-        stage=stage.name,
-        code=CODE_VERSION,
-        upstream=upstream.fingerprint,
-        pretokenizer=spec.pretokenizer,
-        caps=caps,
-        cap_seed=CAP_SEED,
-        **kept,
-    )
 
-    def run() -> tuple[dict, dict]:
+    def compute() -> tuple[dict, dict]:
         final = stage.path("pairs.parquet")
         outputs = {"pairs": final.name, "dev_pairs": DEV_PAIRS}
         source = upstream.output("pairs")
@@ -112,8 +64,8 @@ def deduplicated_pairs(
             segmented = segment_pairs(
                 training,
                 final,
-                cache_dir=storage.cache_dir(),
-                workers=compute.worker_count(),
+                cache_dir=run.storage.cache_dir(),
+                workers=run.resource("compute").worker_count(),
                 segmenter=spec.pretokenizer,
             ).as_dict()
             outputs["unsegmented"] = training.name
@@ -121,31 +73,48 @@ def deduplicated_pairs(
             record["segmentation"] = segmented
         return outputs, record
 
-    with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
-        manifest = stage.run(key, run, force=config.force)
-    record = manifest.record
+    key = {
+        "upstream": upstream.fingerprint,
+        "pretokenizer": spec.pretokenizer,
+        "caps": caps,
+        "cap_seed": CAP_SEED,
+        # only a segmented language's key names the unsegmented output: an unsegmented
+        # language's key, and so its output on disk, stays valid
+        **({"keeps_unsegmented": True} if segment else {}),
+    }
+    return Plan(key, compute)
+
+
+def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
+    """The stage's funnel and the chain's so far, the pre-tokenizer and, when corpora were
+    capped, each corpus's lines read, pairs passing, cap and pairs kept."""
+    record = read_record(manifest, DeduplicatedRecord)
     metadata = report_metadata(manifest, record, "pairs")
-    funnel = [(name, stage.upstream(name).record) for name in FUNNEL_STAGES]
-    funnel.append((stage.name, record))
+    funnel = [(name, read_record(run.upstream(name), PairCounts)) for name in FUNNEL_STAGES]
+    funnel.append((run.stage.name, record))
     metadata["pipeline_funnel"] = pipeline_funnel_table(funnel)
-    metadata["pretokenizer"] = MetadataValue.text(spec.pretokenizer)
-    if "caps" in record:
-        raw = stage.upstream("raw_pairs").record
-        lines_read = {
-            name: part["n_in"]
-            for source in raw.get("parts", [])
-            for name, part in source.get("corpora", {}).items()
-        }
-        metadata["corpora"] = corpora_table(lines_read, record["caps"])
-    return MaterializeResult(
-        metadata=metadata,
-        data_version=DataVersion(manifest.fingerprint),
-        check_results=[
-            AssetCheckResult(
-                check_name=CHECK,
-                passed=record["n_out"] > 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"pairs_out": record["n_out"]},
-            )
-        ],
-    )
+    metadata["pretokenizer"] = MetadataValue.text(run.spec.pretokenizer)
+    if record.caps is not None:
+        raw = read_record(run.upstream("raw_pairs"), RawPairsRecord)
+        metadata["corpora"] = corpora_table(raw.lines_read(), record.caps)
+    return Report(metadata, [Check(CHECK, record.n_out > 0, {"pairs_out": record.n_out})])
+
+
+deduplicated_pairs = stage_asset(
+    name="deduplicated_pairs",
+    description="Lowercase and drop repeated pairs, cap corpora (seeded samples); segment Chinese.",
+    code_version=CODE_VERSION,
+    config=StageConfig,
+    upstream=["length_filtered_pairs"],
+    kinds={"parquet"},
+    resources=("compute",),
+    checks=[
+        CheckSpec(
+            CHECK,
+            "At least one pair is left after dedup and the corpus caps. Blocking: "
+            "sentencepiece and training need data.",
+        )
+    ],
+    plan=plan,
+    report=report,
+)

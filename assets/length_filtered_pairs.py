@@ -3,85 +3,53 @@ paraphrase-score and trigram-overlap filters."""
 
 from dataclasses import asdict
 
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    DataVersion,
-    MaterializeResult,
-    asset,
-)
-
-from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import StageConfig, op_config, plain_schema
-from assets.languages import load_registry
-from assets.log_bridge import logs_to_dagster
+from assets.config import StageConfig
 from assets.metadata import report_metadata, settings_table
-from assets.partitions import language_partitions
-from assets.resources import StorageResource
-from assets.stage import Stage, fingerprint
+from assets.records import PairCounts, read_record
+from assets.stage import Manifest
+from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.filters import filter_pairs
 
 CODE_VERSION = "1"
 CHECK = "length_filtered_pairs_not_empty"
 
 
-@asset(
-    config_schema=plain_schema(StageConfig),
-    partitions_def=language_partitions,
-    group_name=DATA_GROUP,
-    owners=OWNERS,
-    code_version=CODE_VERSION,
-    deps=["langid_filtered_pairs"],
-    kinds={"parquet"},
-    check_specs=[
-        AssetCheckSpec(
-            CHECK,
-            asset="length_filtered_pairs",
-            blocking=True,
-            description="At least one pair passed the length (and for ParaNMT score and trigram) "
-            "filters. Blocking: nothing left to train on.",
-        )
-    ],
-)
-def length_filtered_pairs(
-    context: AssetExecutionContext, storage: StorageResource
-) -> MaterializeResult:
-    """Apply the length (and, for paraphrases, score and trigram-overlap) filters."""
-    config = op_config(context, StageConfig)
-    spec = load_registry()[context.partition_key]
-    stage = Stage(storage, spec.code, "length_filtered_pairs")
-    upstream = stage.upstream("langid_filtered_pairs")
-    thresholds = spec.filters.filter_config()
-    key = fingerprint(
-        stage=stage.name,
-        code=CODE_VERSION,
-        upstream=upstream.fingerprint,
-        kind=spec.kind,
-        thresholds=asdict(thresholds),
-    )
+def plan(run: StageRun) -> Plan:
+    """The registry's thresholds for the language's kind."""
+    upstream = run.upstream("langid_filtered_pairs")
+    kind, thresholds = run.spec.kind, run.spec.filters.filter_config()
 
-    def run() -> tuple[dict, dict]:
-        report = filter_pairs(
-            upstream.output("pairs"), stage.path("pairs.parquet"), kind=spec.kind, config=thresholds
-        )
+    def compute() -> tuple[dict, dict]:
+        output = run.stage.path("pairs.parquet")
+        report = filter_pairs(upstream.output("pairs"), output, kind=kind, config=thresholds)
         return {"pairs": "pairs.parquet"}, report.as_dict()
 
-    with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
-        manifest = stage.run(key, run, force=config.force)
-    metadata = report_metadata(manifest, manifest.record, "pairs")
-    metadata["thresholds"] = settings_table(asdict(thresholds))
-    n_out = manifest.record["n_out"]
-    return MaterializeResult(
-        metadata=metadata,
-        data_version=DataVersion(manifest.fingerprint),
-        check_results=[
-            AssetCheckResult(
-                check_name=CHECK,
-                passed=n_out > 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"pairs_out": n_out},
-            )
-        ],
-    )
+    key = {"upstream": upstream.fingerprint, "kind": kind, "thresholds": asdict(thresholds)}
+    return Plan(key, compute, shows={"thresholds": asdict(thresholds)})
+
+
+def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
+    """The funnel and the thresholds; the check that some pairs passed."""
+    record = read_record(manifest, PairCounts)
+    metadata = report_metadata(manifest, record, "pairs")
+    metadata["thresholds"] = settings_table(plan.shows["thresholds"])
+    return Report(metadata, [Check(CHECK, record.n_out > 0, {"pairs_out": record.n_out})])
+
+
+length_filtered_pairs = stage_asset(
+    name="length_filtered_pairs",
+    description="Apply the length (and, for paraphrases, score and trigram-overlap) filters.",
+    code_version=CODE_VERSION,
+    config=StageConfig,
+    upstream=["langid_filtered_pairs"],
+    kinds={"parquet"},
+    checks=[
+        CheckSpec(
+            CHECK,
+            "At least one pair passed the length (and for ParaNMT score and trigram) filters. "
+            "Blocking: nothing left to train on.",
+        )
+    ],
+    plan=plan,
+    report=report,
+)

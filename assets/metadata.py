@@ -7,6 +7,7 @@ from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
+from assets.records import PairCounts
 from assets.stage import Manifest
 
 
@@ -23,28 +24,28 @@ STAGE_FUNNEL_COLUMNS = TableSchema(
 )
 
 
-def funnel_table(report: Mapping[str, Any]) -> MetadataValue:
-    """One stage's ``StageReport.as_dict()`` as a table: in, each drop reason, out."""
-    n_in = int(report["n_in"])
+def funnel_table(report: PairCounts) -> MetadataValue:
+    """One stage's counts as a table: in, each drop reason, out."""
+    n_in = int(report.n_in)
     rows = [TableRecord({"pairs": "in", "count": n_in, "share_of_input": "100%"})]
-    for reason, count in sorted(report.get("dropped", {}).items(), key=lambda kv: -kv[1]):
+    for reason, count in sorted(report.dropped.items(), key=lambda kv: -kv[1]):
         row = {"pairs": f"dropped: {reason}", "count": int(count)}
         rows.append(TableRecord(row | {"share_of_input": _percent(count, n_in)}))
-    n_out = int(report["n_out"])
+    n_out = int(report.n_out)
     rows.append(
         TableRecord({"pairs": "out", "count": n_out, "share_of_input": _percent(n_out, n_in)})
     )
     return MetadataValue.table(rows, schema=STAGE_FUNNEL_COLUMNS)
 
 
-def report_metadata(manifest: Manifest, report: Mapping[str, Any], output: str) -> dict:
+def report_metadata(manifest: Manifest, report: PairCounts, output: str) -> dict:
     """Metadata for a stage that turned one pair file into another."""
     metadata: dict[str, Any] = {
-        "pairs_in": MetadataValue.int(int(report["n_in"])),
-        "pairs_out": MetadataValue.int(int(report["n_out"])),
-        "pairs_dropped": MetadataValue.int(int(report["n_in"]) - int(report["n_out"])),
+        "pairs_in": MetadataValue.int(int(report.n_in)),
+        "pairs_out": MetadataValue.int(int(report.n_out)),
+        "pairs_dropped": MetadataValue.int(int(report.n_in) - int(report.n_out)),
         "funnel": funnel_table(report),
-        "seconds": MetadataValue.float(round(float(report.get("seconds", 0.0)), 1)),
+        "seconds": MetadataValue.float(round(float(report.seconds), 1)),
     }
     metadata.update(common_metadata(manifest, output))
     return metadata
@@ -128,18 +129,16 @@ FUNNEL_COLUMNS = TableSchema(
 )
 
 
-def pipeline_funnel_table(stages: Sequence[tuple[str, Mapping[str, Any]]]) -> MetadataValue:
-    """Several stages' reports as one funnel: pairs left after each stage and why they went."""
+def pipeline_funnel_table(stages: Sequence[tuple[str, PairCounts]]) -> MetadataValue:
+    """Several stages' counts as one funnel: pairs left after each stage and why they went."""
     rows = [
         TableRecord(
             {
                 "stage": name,
-                "in": int(report["n_in"]),
-                "out": int(report["n_out"]),
-                "kept": _percent(report["n_out"], report["n_in"]),
-                "dropped": ", ".join(
-                    f"{k}: {v:,}" for k, v in sorted(report.get("dropped", {}).items())
-                )
+                "in": int(report.n_in),
+                "out": int(report.n_out),
+                "kept": _percent(report.n_out, report.n_in),
+                "dropped": ", ".join(f"{k}: {v:,}" for k, v in sorted(report.dropped.items()))
                 or "-",
             }
         )

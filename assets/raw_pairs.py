@@ -34,6 +34,7 @@ from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import report_metadata
 from assets.partitions import language_partitions
+from assets.records import RawPairsRecord, read_record
 from assets.resources import OpusResource, ParaNmtResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.local_bitext import import_local_bitext
@@ -217,11 +218,11 @@ def _materialize(
     # the download's progress (psp_core) and the reading's (ops) in the run's log
     with logs_to_dagster(context.log), logs_to_dagster(context.log, "ops"):
         manifest = stage.run(key, compute, force=config.force)
-    record = manifest.record
+    record = read_record(manifest, RawPairsRecord)
     n_pairs = pair_file_info(manifest.output("pairs"))[0]
     metadata = report_metadata(manifest, record, "pairs")
-    metadata["sources"] = sources_table(record["sources"])
-    metadata["per_source"] = per_source_table(record["parts"])
+    metadata["sources"] = sources_table(record.sources)
+    metadata["per_source"] = per_source_table(record.parts)
     return MaterializeResult(
         metadata=metadata,
         data_version=DataVersion(manifest.fingerprint),

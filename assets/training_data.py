@@ -23,6 +23,7 @@ from assets.languages import LanguageSpec, load_registry
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import pipeline_funnel_table, report_metadata
 from assets.partitions import language_partitions
+from assets.records import PairCounts, SentencepieceRecord, TrainingDataRecord, read_record
 from assets.resources import ComputeResource, StorageResource
 from assets.stage import Stage, fingerprint
 from ops.encoding import encode_and_pack, packing_tokenizer
@@ -133,15 +134,16 @@ def build_training_data(
     with logs_to_dagster(context.log, "ops"):  # the stage's progress lines
         manifest = stage.run(key, run, force=config.force)
     n_pairs, empty = count_empty_sentences(manifest.output("data"))
-    metadata = report_metadata(manifest, manifest.record, "data")
+    record = read_record(manifest, TrainingDataRecord)
+    metadata = report_metadata(manifest, record, "data")
     metadata["n_pairs"] = MetadataValue.int(n_pairs)
-    metadata["vocab_size"] = MetadataValue.int(spm.record["vocab_size"])
+    metadata["vocab_size"] = MetadataValue.int(read_record(spm, SentencepieceRecord).vocab_size)
     funnel = [
-        (name, stage.upstream(name).record)
+        (name, read_record(stage.upstream(name), PairCounts))
         for name in ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
         if not groups  # the multilingual model's pairs come from every language's chain
     ]
-    funnel += [("deduplicated_pairs", pairs.record), ("training_data", manifest.record)]
+    funnel += [("deduplicated_pairs", read_record(pairs, PairCounts)), ("training_data", record)]
     metadata["pipeline_funnel"] = pipeline_funnel_table(funnel)
     return MaterializeResult(
         metadata=metadata,

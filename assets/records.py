@@ -1,0 +1,125 @@
+"""Typed views of the records stages keep in ``manifest.json``.
+
+A stage's ``compute`` writes its record as a JSON-able dict (an ops ``StageReport.as_dict()``
+plus the stage's own fields); the asset code reads it back through :func:`read_record` as one
+of the dataclasses below, by attribute. Reading changes nothing on disk: the JSON keeps its
+shape, keys a class does not name are kept in :attr:`Record.extra`, and fields that older
+manifests lack have defaults, so a manifest written by any earlier version still reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self, TypeVar
+
+from assets.stage import Manifest
+
+R = TypeVar("R", bound="Record")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """A stage's record; keys its class does not name are kept, as they were, in ``extra``."""
+
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {key: value for key, value in data.items() if key in names}
+        return cls(**known, extra={key: value for key, value in data.items() if key not in names})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as ``manifest.json`` holds it (its fields and the kept unknown keys)."""
+        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del named["extra"]
+        return named | self.extra
+
+
+def read_record(manifest: Manifest, kind: type[R]) -> R:
+    """``manifest``'s record as ``kind``."""
+    return kind.from_dict(manifest.record)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairCounts(Record):
+    """What a stage that reads pairs and writes pairs did (ops' ``StageReport``): pairs in, out,
+    dropped per reason, and its time."""
+
+    n_in: int
+    n_out: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def pass_rate(self) -> float:
+        """The share of the input kept (0 for no input)."""
+        return self.n_out / self.n_in if self.n_in else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawPairsRecord(PairCounts):
+    """raw_pairs: the counts summed over its sources, each source's report, and the sources."""
+
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    sources: dict[str, Any] = field(default_factory=dict)
+
+    def lines_read(self) -> dict[str, int]:
+        """Line pairs read per corpus (the OPUS corpora's names)."""
+        return {
+            name: part["n_in"]
+            for source in self.parts
+            for name, part in source.get("corpora", {}).items()
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class LanguageIdRecord(PairCounts):
+    """langid_filtered_pairs: the counts and the rule applied (its settings)."""
+
+    rule: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeduplicatedRecord(PairCounts):
+    """deduplicated_pairs: the counts of its steps together, and each later step's own report
+    (the corpus caps, the pairs held back for the dev suite, the segmentation), when it ran."""
+
+    caps: dict[str, Any] | None = None
+    held_back: dict[str, Any] | None = None
+    segmentation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SentencepieceRecord(Record):
+    """sentencepiece_model: the settings it was trained with, the vocabulary it got (raised
+    above the requested size when the script needs more characters), the model's hash."""
+
+    settings: dict[str, Any]
+    vocab_size: int
+    sha256: str
+    seconds: float = 0.0
+
+    @property
+    def requested_vocab_size(self) -> int:
+        return int(self.settings["vocab_size"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingDataRecord(PairCounts):
+    """training_data: the encoding's counts, the shuffle's report and its seed."""
+
+    shuffle: dict[str, Any] | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiPairsRecord(PairCounts):
+    """multi_pairs: the temperature sample's exponent and seed, and per language its kind,
+    pairs in, pairs out, share, whole copies and pairs sampled."""
+
+    alpha: float
+    seed: int
+    languages: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -1,0 +1,196 @@
+"""One way to declare a stage's asset: its work and its settings, the Dagster plumbing here.
+
+A stage module gives :func:`stage_asset` two functions:
+
+- ``plan(run) -> Plan``: what decides the output (the fingerprint's inputs, beyond the stage's
+  name and code version, which are added here) and how to compute it (``compute() ->
+  (outputs, record)``, as :meth:`assets.stage.Stage.run` takes it);
+- ``report(run, plan, manifest) -> Report``: the metadata and the check outcomes of the
+  finished (or reused) stage.
+
+The asset built here reads the run config into the stage's config class, the language from
+the registry, runs the plan through :meth:`Stage.run` (reused when the fingerprint matches),
+with the ``ops`` loggers' lines in the run's log, and returns the report as a
+``MaterializeResult`` whose data version is the fingerprint.
+"""
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetDep,
+    AssetExecutionContext,
+    AssetsDefinition,
+    DataVersion,
+    MaterializeResult,
+    PartitionsDefinition,
+    asset,
+)
+
+from assets.catalog import DATA_GROUP, OWNERS
+from assets.config import StageConfig, op_config, plain_schema
+from assets.languages import LanguageSpec, load_registry
+from assets.log_bridge import logs_to_dagster
+from assets.partitions import language_partitions
+from assets.resources import StorageResource
+from assets.stage import Manifest, Stage, fingerprint
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """An asset check the stage reports on (blocking ones stop the run's downstream steps)."""
+
+    name: str
+    description: str
+    blocking: bool = True
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome; a failed blocking check is an error, any other a warning."""
+
+    name: str
+    passed: bool
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    description: str | None = None
+    warn: bool = False
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the UI shows of a materialization: its metadata and its checks' outcomes."""
+
+    metadata: Mapping[str, Any]
+    checks: Sequence[Check] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What decides a stage's output and how to compute it.
+
+    ``key``: the fingerprint's inputs besides ``stage`` (the stage's directory name) and
+    ``code`` (its code version), which a key may set to keep an older fingerprint's values.
+    ``shows``: what the plan decided that the report shows (a rule, thresholds).
+    """
+
+    key: Mapping[str, Any]
+    compute: Callable[[], tuple[dict[str, str], dict[str, Any]]]
+    shows: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One materialization of a stage as its plan and report see it."""
+
+    context: AssetExecutionContext
+    spec: LanguageSpec
+    config: Any
+    stage: Stage
+    _read: dict[str, Manifest] = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def storage(self) -> StorageResource:
+        return self.stage.storage
+
+    def resource(self, key: str) -> Any:
+        """The run's resource ``key`` (one the asset declared in ``resources``)."""
+        return getattr(self.context.resources, key)
+
+    def upstream(self, name: str) -> Manifest:
+        """The finished stage ``name`` of this language, read once per run.
+
+        Raises:
+            StageInputMissing: it has no complete output.
+        """
+        if name not in self._read:
+            self._read[name] = self.stage.upstream(name)
+        return self._read[name]
+
+
+def partition_language(context: AssetExecutionContext) -> LanguageSpec:
+    """The registry's entry of the run's language partition."""
+    return load_registry()[context.partition_key]
+
+
+def stage_asset(
+    *,
+    name: str,
+    description: str,
+    code_version: str,
+    config: type[StageConfig],
+    kinds: Collection[str],
+    plan: Callable[[StageRun], Plan],
+    report: Callable[[StageRun, Plan, Manifest], Report],
+    upstream: Sequence[str | AssetDep] = (),
+    checks: Sequence[CheckSpec] = (),
+    resources: Collection[str] = ("storage",),
+    stage: str | None = None,
+    spec: Callable[[AssetExecutionContext], LanguageSpec] = partition_language,
+    partitions_def: PartitionsDefinition | None = language_partitions,
+    group: str = DATA_GROUP,
+    loggers: Sequence[str] = ("ops",),
+    **asset_options: Any,
+) -> AssetsDefinition:
+    """The asset ``name``: the stage ``stage`` (its directory, default ``name``) of the language
+    ``spec(context)``, computed by ``plan`` and shown by ``report``.
+
+    ``resources`` are the resource keys the plan and report read (:meth:`StageRun.resource`);
+    ``loggers`` the Python loggers whose lines go to the run's log while the stage computes;
+    ``asset_options`` go to ``@asset`` as they are (a retry
+    policy, a pool).
+    """
+    directory = stage or name
+
+    def materialize_stage(context: AssetExecutionContext) -> MaterializeResult:
+        storage = context.resources.storage
+        language = spec(context)
+        run = StageRun(
+            context, language, op_config(context, config), Stage(storage, language.code, directory)
+        )
+        planned = plan(run)
+        key = fingerprint(**({"stage": directory, "code": code_version} | dict(planned.key)))
+        with ExitStack() as logging_to_dagster:  # the stage's progress lines
+            for logger in loggers:
+                logging_to_dagster.enter_context(logs_to_dagster(context.log, logger))
+            manifest = run.stage.run(key, planned.compute, force=bool(run.config.force))
+        shown = report(run, planned, manifest)
+        return MaterializeResult(
+            metadata=dict(shown.metadata),
+            data_version=DataVersion(manifest.fingerprint),
+            check_results=[_check_result(check) for check in shown.checks] or None,
+        )
+
+    materialize_stage.__name__ = name
+    materialize_stage.__doc__ = description
+    return asset(
+        name=name,
+        config_schema=plain_schema(config),
+        partitions_def=partitions_def,
+        group_name=group,
+        owners=OWNERS,
+        code_version=code_version,
+        deps=list(upstream) or None,
+        kinds=set(kinds),
+        check_specs=[
+            AssetCheckSpec(c.name, asset=name, blocking=c.blocking, description=c.description)
+            for c in checks
+        ]
+        or None,
+        required_resource_keys={"storage", *resources},
+        **asset_options,
+    )(materialize_stage)
+
+
+def _check_result(check: Check) -> AssetCheckResult:
+    return AssetCheckResult(
+        check_name=check.name,
+        passed=check.passed,
+        severity=AssetCheckSeverity.WARN if check.warn else AssetCheckSeverity.ERROR,
+        metadata=dict(check.metadata),
+        description=check.description,
+    )
