@@ -9,21 +9,20 @@ settings, so the multilingual model is trained and evaluated exactly as a langua
 ``make run PARTITION=multi`` prepares the languages' pairs first (``scripts/run_multi.py``).
 """
 
+from functools import partial
+
 from dagster import (
     AllPartitionMapping,
-    AssetCheckResult,
-    AssetCheckSeverity,
     AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
-    DataVersion,
     Failure,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
-from assets import deduplicated_pairs, psp_model, training_data
+from assets import deduplicated_pairs, psp_model, sentencepiece_model, training_data
 from assets.catalog import MULTI_GROUP, OWNERS
 from assets.config import (
     EvaluationConfig,
@@ -34,16 +33,15 @@ from assets.config import (
     op_config,
     plain_schema,
 )
-from assets.languages import MULTI, load_registry
-from assets.log_bridge import logs_to_dagster
+from assets.languages import MULTI, LanguageSpec, load_registry
 from assets.metadata import common_metadata
 from assets.model_evaluation import build_evaluation
 from assets.profiles import ProfileResource
 from assets.psp_model import build_model
+from assets.records import MultiPairsRecord, read_record
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
-from assets.sentencepiece_model import build_sentencepiece
-from assets.stage import Stage, fingerprint, read_manifest
-from assets.training_data import build_training_data
+from assets.stage import Manifest, read_manifest
+from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.multi_pairs import LanguagePairs, sample_languages
 from psp_core.evaluation import plan_for_languages
 from psp_core.tokenization.tokenizer import make_pretokenizer
@@ -88,13 +86,13 @@ def language_inputs(storage: StorageResource) -> tuple[list[LanguagePairs], dict
     return inputs, fingerprints
 
 
-def languages_table(record: dict) -> MetadataValue:
+def languages_table(record: MultiPairsRecord) -> MetadataValue:
     registry = load_registry()
     lines = [
         "| language | source | kind | pairs in | pairs out | share | whole copies | sampled |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    for code, row in record["languages"].items():
+    for code, row in record.languages.items():
         source = registry[code].source
         lines.append(
             f"| {code} | {source} | {row['kind']} | {row['pairs_in']:,} | {row['pairs_out']:,} "
@@ -103,146 +101,143 @@ def languages_table(record: dict) -> MetadataValue:
     return MetadataValue.md("\n".join(lines))
 
 
-@asset(
-    config_schema=plain_schema(MultiPairsConfig),
-    group_name=MULTI_GROUP,
-    owners=OWNERS,
-    code_version=CODE_VERSION,
-    deps=[AssetDep("deduplicated_pairs", partition_mapping=AllPartitionMapping())],
-    kinds={"parquet"},
-    check_specs=[
-        AssetCheckSpec(
-            PAIRS_CHECK,
-            asset="multi_pairs",
-            blocking=True,
-            description="At least one pair in the union. Blocking: the vocabulary and the "
-            "training need data.",
-        )
-    ],
-)
-def multi_pairs(context: AssetExecutionContext, storage: StorageResource) -> MaterializeResult:
-    """Every `[multi]` language's deduplicated pairs, temperature-sampled into one file with
-    each pair's language, pre-tokenized with the multilingual pre-tokenizer."""
-    config = op_config(context, MultiPairsConfig)
+def multi_language(context: AssetExecutionContext) -> LanguageSpec:
+    """The multilingual model as a language: the code ``multi`` and the ``[multi]`` settings."""
+    return load_registry().multi.as_language()
+
+
+def pairs_plan(run: StageRun) -> Plan:
+    """The languages' pairs (their fingerprints and kinds), the sampling exponent and seed, and
+    the multilingual pre-tokenizer.
+
+    Raises:
+        Failure: a language's pairs are missing, or ``sampling_alpha`` is outside [0, 1].
+    """
     multi = load_registry().multi
-    inputs, upstream = language_inputs(storage)
-    alpha = multi.sampling_alpha if config.sampling_alpha is None else config.sampling_alpha
+    inputs, upstream = language_inputs(run.storage)
+    alpha = multi.sampling_alpha if run.config.sampling_alpha is None else run.config.sampling_alpha
     if not 0.0 <= alpha <= 1.0:
         raise Failure(f"sampling_alpha must be in [0, 1], got {alpha}")
-    stage = Stage(storage, MULTI, "deduplicated_pairs")
-    key = fingerprint(
-        stage="multi_pairs",
-        code=CODE_VERSION,
-        upstream=upstream,
-        kinds={lang.code: lang.kind for lang in inputs},
-        alpha=alpha,
-        seed=SAMPLING_SEED,
-        pretokenizer=multi.pretokenizer,
-    )
 
-    def run() -> tuple[dict, dict]:
+    def compute() -> tuple[dict, dict]:
         record = sample_languages(
             inputs,
-            stage.path("pairs.parquet"),
+            run.stage.path("pairs.parquet"),
             alpha=alpha,
             seed=SAMPLING_SEED,
             pretokenize=make_pretokenizer(multi.pretokenizer),
         )
         return {"pairs": "pairs.parquet"}, record
 
-    with logs_to_dagster(context.log, "ops"):
-        manifest = stage.run(key, run, force=config.force)
-    record = manifest.record
+    key = {
+        "stage": "multi_pairs",  # the asset's name (its directory is deduplicated_pairs)
+        "upstream": upstream,
+        "kinds": {lang.code: lang.kind for lang in inputs},
+        "alpha": alpha,
+        "seed": SAMPLING_SEED,
+        "pretokenizer": multi.pretokenizer,
+    }
+    return Plan(key, compute)
+
+
+def pairs_report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
+    """Per language its pairs and share of the sample; the check that the union has pairs."""
+    record = read_record(manifest, MultiPairsRecord)
     metadata = common_metadata(manifest, "pairs")
     metadata.update(
         {
             "languages": languages_table(record),
-            "pairs_in": MetadataValue.int(record["n_in"]),
-            "pairs_out": MetadataValue.int(record["n_out"]),
-            "sampling_alpha": MetadataValue.float(record["alpha"]),
-            "pretokenizer": MetadataValue.text(multi.pretokenizer),
+            "pairs_in": MetadataValue.int(record.n_in),
+            "pairs_out": MetadataValue.int(record.n_out),
+            "sampling_alpha": MetadataValue.float(record.alpha),
+            "pretokenizer": MetadataValue.text(plan.key["pretokenizer"]),
         }
     )
-    return MaterializeResult(
-        metadata=metadata,
-        data_version=DataVersion(manifest.fingerprint),
-        check_results=[
-            AssetCheckResult(
-                check_name=PAIRS_CHECK,
-                passed=record["n_out"] > 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"pairs_out": record["n_out"]},
-            )
-        ],
-    )
+    check = Check(PAIRS_CHECK, record.n_out > 0, {"pairs_out": record.n_out})
+    return Report(metadata, [check])
 
 
-@asset(
-    config_schema=plain_schema(SentencepieceConfig),
-    group_name=MULTI_GROUP,
-    owners=OWNERS,
-    code_version="1",
-    deps=["multi_pairs"],
-    kinds={"sentencepiece"},
-)
-def multi_sentencepiece_model(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    compute: ComputeResource,
-    profile: ProfileResource,
-) -> MaterializeResult:
-    """One vocabulary for every script (default 50,000, the paper's), trained on a sample of
-    the temperature-sampled pairs."""
-    config = op_config(context, SentencepieceConfig)
-    spec = load_registry().multi.as_language()
-    return build_sentencepiece(
-        context, spec, config, storage, compute, profile, profile_asset="multi_sentencepiece_model"
-    )
-
-
-@asset(
-    config_schema=plain_schema(TrainingDataConfig),
-    group_name=MULTI_GROUP,
-    owners=OWNERS,
-    code_version="1",
-    deps=["multi_pairs", "multi_sentencepiece_model"],
-    kinds={"hdf5"},
-    check_specs=[
-        AssetCheckSpec(
-            training_data.CHECK,
-            asset="multi_training_data",
-            blocking=True,
-            description="The packed file has pairs and no sentence without pieces. Blocking: an "
-            "empty sentence has no embedding.",
+multi_pairs = stage_asset(
+    name="multi_pairs",
+    description="""Every `[multi]` language's deduplicated pairs, temperature-sampled into one file with
+    each pair's language, pre-tokenized with the multilingual pre-tokenizer.""",
+    code_version=CODE_VERSION,
+    config=MultiPairsConfig,
+    upstream=[AssetDep("deduplicated_pairs", partition_mapping=AllPartitionMapping())],
+    kinds={"parquet"},
+    checks=[
+        CheckSpec(
+            PAIRS_CHECK,
+            "At least one pair in the union. Blocking: the vocabulary and the training need data.",
         )
     ],
+    stage="deduplicated_pairs",
+    spec=multi_language,
+    partitions_def=None,
+    group=MULTI_GROUP,
+    plan=pairs_plan,
+    report=pairs_report,
 )
-def multi_training_data(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    compute: ComputeResource,
-) -> MaterializeResult:
-    """Shuffle, encode and pack the pairs, each with its language (its mining group)."""
-    config = op_config(context, TrainingDataConfig)
+
+multi_sentencepiece_model = stage_asset(
+    name="multi_sentencepiece_model",
+    description="""One vocabulary for every script (default 50,000, the paper's), trained on a sample of
+    the temperature-sampled pairs.""",
+    code_version=sentencepiece_model.CODE_VERSION,
+    config=SentencepieceConfig,
+    upstream=["multi_pairs"],
+    kinds={"sentencepiece"},
+    resources=("compute", "profile"),
+    stage="sentencepiece_model",
+    spec=multi_language,
+    partitions_def=None,
+    group=MULTI_GROUP,
+    plan=partial(sentencepiece_model.plan, profile_asset="multi_sentencepiece_model"),
+    report=sentencepiece_model.report,
+)
+
+
+def training_data_plan(run: StageRun) -> Plan:
+    """The packing of :func:`assets.training_data.plan`, each pair with its language (its
+    mining group), the bundle's summary saying how the languages were sampled."""
     registry = load_registry()
     codes = registry.multi_languages()
-    sampled = Stage(storage, MULTI, "training_data").upstream("deduplicated_pairs").record
-    return build_training_data(
-        context,
-        registry.multi.as_language(),
-        config,
-        storage,
-        compute,
+    sampled = read_record(run.upstream("deduplicated_pairs"), MultiPairsRecord)
+    return training_data.plan(
+        run,
         groups=codes,
         group_kinds=[registry[code].kind for code in codes],
-        # in the bundle's training summary: the languages' pairs and how they were sampled
         description={
-            "sampling_alpha": sampled["alpha"],
-            "sampling_seed": sampled["seed"],
-            "pairs_in": {code: row["pairs_in"] for code, row in sampled["languages"].items()},
-            "pairs_sampled": {code: row["pairs_out"] for code, row in sampled["languages"].items()},
+            "sampling_alpha": sampled.alpha,
+            "sampling_seed": sampled.seed,
+            "pairs_in": {code: row["pairs_in"] for code, row in sampled.languages.items()},
+            "pairs_sampled": {code: row["pairs_out"] for code, row in sampled.languages.items()},
         },
     )
+
+
+multi_training_data = stage_asset(
+    name="multi_training_data",
+    description="Shuffle, encode and pack the pairs, each with its language (its mining group).",
+    code_version=training_data.CODE_VERSION,
+    config=TrainingDataConfig,
+    upstream=["multi_pairs", "multi_sentencepiece_model"],
+    kinds={"hdf5"},
+    resources=("compute",),
+    checks=[
+        CheckSpec(
+            training_data.CHECK,
+            "The packed file has pairs and no sentence without pieces. Blocking: an empty "
+            "sentence has no embedding.",
+        )
+    ],
+    stage="training_data",
+    spec=multi_language,
+    partitions_def=None,
+    group=MULTI_GROUP,
+    plan=training_data_plan,
+    report=training_data.report,
+)
 
 
 @asset(

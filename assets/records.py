@@ -32,9 +32,13 @@ class Record:
         return cls(**known, extra={key: value for key, value in data.items() if key not in names})
 
     def as_dict(self) -> dict[str, Any]:
-        """The record as ``manifest.json`` holds it (its fields and the kept unknown keys)."""
-        named = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        del named["extra"]
+        """The record as ``manifest.json`` holds it: its fields and the kept unknown keys, less
+        the optional fields that are None (a stage writes such a field only when it has one)."""
+        named = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "extra" and not (f.default is None and getattr(self, f.name) is None)
+        }
         return named | self.extra
 
 

@@ -4,17 +4,13 @@ deduplicated (lowercased; for zh, segmented) pairs from a bounded uniform sample
 import time
 from dataclasses import asdict
 
-from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
+from dagster import MetadataValue
 
-from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import SentencepieceConfig, op_config, plain_schema
-from assets.languages import LanguageSpec, load_registry
-from assets.log_bridge import logs_to_dagster
+from assets.config import SentencepieceConfig
 from assets.metadata import common_metadata
-from assets.partitions import language_partitions
-from assets.profiles import ProfileResource
-from assets.resources import ComputeResource, StorageResource
-from assets.stage import Stage, fingerprint
+from assets.records import SentencepieceRecord, read_record
+from assets.stage import Manifest
+from assets.stage_asset import Plan, Report, StageRun, stage_asset
 from ops.sentencepiece_model import train_sentencepiece_from_pairs
 from psp_core.tokenization.tokenizer import Tokenizer
 
@@ -22,56 +18,25 @@ CODE_VERSION = "1"
 SEED = 1
 
 
-@asset(
-    config_schema=plain_schema(SentencepieceConfig),
-    partitions_def=language_partitions,
-    group_name=DATA_GROUP,
-    owners=OWNERS,
-    code_version=CODE_VERSION,
-    deps=["deduplicated_pairs"],
-    kinds={"sentencepiece"},
-)
-def sentencepiece_model(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    compute: ComputeResource,
-    profile: ProfileResource,
-) -> MaterializeResult:
-    """Train the unigram sentencepiece model (paper: vocab 50,000, coverage 0.995, 10M sample)."""
-    config = op_config(context, SentencepieceConfig)
-    spec = load_registry()[context.partition_key]
-    return build_sentencepiece(context, spec, config, storage, compute, profile)
+def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
+    """The vocabulary's settings: the spec's, then the profile's ``profile_asset`` entry, then
+    the run config's, each over the one before (the multilingual model's vocabulary takes
+    ``profile_asset="multi_sentencepiece_model"``)."""
+    upstream = run.upstream("deduplicated_pairs")
+    settings = asdict(run.spec.sentencepiece)
+    explicit = {
+        "vocab_size": run.config.vocab_size,
+        "input_sentence_size": run.config.input_sentence_size,
+    }
+    settings.update(run.resource("profile").settings(profile_asset, explicit))
 
-
-def build_sentencepiece(
-    context: AssetExecutionContext,
-    spec: LanguageSpec,
-    config: SentencepieceConfig,
-    storage: StorageResource,
-    compute: ComputeResource,
-    profile: ProfileResource,
-    *,
-    profile_asset: str = "sentencepiece_model",
-) -> MaterializeResult:
-    """The vocabulary stage of ``spec`` (a language, or the multilingual model with
-    ``profile_asset="multi_sentencepiece_model"``): settings from the spec, the profile's
-    ``profile_asset`` entry and the run config, in that order of precedence reversed."""
-    stage = Stage(storage, spec.code, "sentencepiece_model")
-    upstream = stage.upstream("deduplicated_pairs")
-    settings = asdict(spec.sentencepiece)
-    explicit = {"vocab_size": config.vocab_size, "input_sentence_size": config.input_sentence_size}
-    settings.update(profile.settings(profile_asset, explicit))
-    key = fingerprint(
-        stage=stage.name, code=CODE_VERSION, upstream=upstream.fingerprint, settings=settings
-    )
-
-    def run() -> tuple[dict, dict]:
+    def compute() -> tuple[dict, dict]:
         started = time.perf_counter()
         path = train_sentencepiece_from_pairs(
             upstream.output("pairs"),
-            stage.path("sentencepiece.model"),
+            run.stage.path("sentencepiece.model"),
             seed=SEED,
-            num_threads=compute.threads or 2,
+            num_threads=run.resource("compute").threads or 2,
             **settings,
         )
         tokenizer = Tokenizer.from_file(path)
@@ -83,17 +48,35 @@ def build_sentencepiece(
         }
         return {"model": path.name}, record
 
-    # ops' log lines (the sample size, a vocabulary raised to fit the script) in the run's log
-    with logs_to_dagster(context.log, "ops"):
-        manifest = stage.run(key, run, force=config.force)
-    record = manifest.record
+    return Plan({"upstream": upstream.fingerprint, "settings": settings}, compute)
+
+
+def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
+    """The vocabulary's size (and the size asked for), its hash and the training's time."""
+    record = read_record(manifest, SentencepieceRecord)
     metadata = common_metadata(manifest, "model")
     metadata.update(
         {
-            "vocab_size": MetadataValue.int(record["vocab_size"]),
-            "requested_vocab_size": MetadataValue.int(record["settings"]["vocab_size"]),
-            "sha256": MetadataValue.text(record["sha256"]),
-            "seconds": MetadataValue.float(round(record["seconds"], 1)),
+            "vocab_size": MetadataValue.int(record.vocab_size),
+            "requested_vocab_size": MetadataValue.int(record.requested_vocab_size),
+            "sha256": MetadataValue.text(record.sha256),
+            "seconds": MetadataValue.float(round(record.seconds, 1)),
         }
     )
-    return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))
+    return Report(metadata)
+
+
+sentencepiece_model = stage_asset(
+    name="sentencepiece_model",
+    description="Train the unigram sentencepiece model (paper: vocab 50,000, coverage 0.995, "
+    "10M sample).",
+    code_version=CODE_VERSION,
+    config=SentencepieceConfig,
+    upstream=["deduplicated_pairs"],
+    kinds={"sentencepiece"},
+    resources=("compute", "profile"),
+    # ops' log lines (the sample size, a vocabulary raised to fit the script) in the run's log
+    loggers=("ops",),
+    plan=plan,
+    report=report,
+)

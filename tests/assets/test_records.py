@@ -1,0 +1,55 @@
+"""Stage records read from manifest.json as dataclasses, the JSON left as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from assets.records import (
+    DeduplicatedRecord,
+    PairCounts,
+    SentencepieceRecord,
+    read_record,
+)
+from assets.resources import StorageResource
+from assets.stage import Stage
+
+
+def test_a_record_reads_by_attribute_and_keeps_unknown_keys(tmp_path: Path) -> None:
+    stage = Stage(StorageResource(root=str(tmp_path)), "de", "deduplicated_pairs")
+    stage.path("pairs.parquet").write_bytes(b"")
+    written = {
+        "stage": "dedup",
+        "n_in": 10,
+        "n_out": 7,
+        "dropped": {"duplicate": 3},
+        "seconds": 0.5,
+        "caps": {"corpora": {}},
+        "held_back": {"n_out": 7},
+        "a_later_field": [1, 2],
+    }
+    manifest = stage.commit("fp", {"pairs": "pairs.parquet"}, written)
+    record = read_record(manifest, DeduplicatedRecord)
+    assert (record.n_in, record.n_out, record.dropped, record.seconds) == (
+        10,
+        7,
+        written["dropped"],
+        0.5,
+    )
+    assert record.caps == {"corpora": {}} and record.segmentation is None
+    assert record.extra == {"stage": "dedup", "a_later_field": [1, 2]}
+    assert record.as_dict() == written  # the shape on disk, unknown keys included
+    on_disk = json.loads(stage.path("manifest.json").read_text())["record"]
+    assert on_disk == written
+
+
+def test_an_older_record_without_later_fields_still_reads() -> None:
+    # written before the dev suite's pairs were held back: no held_back, no seconds
+    older = PairCounts.from_dict({"n_in": 4, "n_out": 4})
+    assert (older.dropped, older.seconds, older.pass_rate) == ({}, 0.0, 1.0)
+    assert DeduplicatedRecord.from_dict({"n_in": 0, "n_out": 0}).held_back is None
+    assert PairCounts.from_dict({"n_in": 0, "n_out": 0}).pass_rate == 0.0
+    spm = SentencepieceRecord.from_dict(
+        {"settings": {"vocab_size": 500}, "vocab_size": 512, "sha256": "ab"}
+    )
+    assert (spm.requested_vocab_size, spm.vocab_size, spm.seconds) == (500, 512, 0.0)
