@@ -10,39 +10,31 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetExecutionContext,
     Backoff,
-    DataVersion,
     Failure,
     Jitter,
-    MaterializeResult,
     MetadataValue,
     RetryPolicy,
     RetryRequested,
     TableColumn,
     TableRecord,
     TableSchema,
-    asset,
 )
 
-from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import RawPairsConfig, op_config, plain_schema
-from assets.languages import LanguageSpec, load_registry
-from assets.log_bridge import logs_to_dagster
+from assets.config import RawPairsConfig
+from assets.languages import LanguageSpec
 from assets.metadata import report_metadata
-from assets.partitions import language_partitions
 from assets.records import RawPairsRecord, read_record
-from assets.resources import OpusResource, ParaNmtResource, StorageResource
-from assets.stage import Stage, fingerprint
+from assets.resources import OpusResource
+from assets.stage import Manifest, Stage
+from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.local_bitext import import_local_bitext
 from ops.pair_concat import concat_pair_files
 from ops.pair_files import pair_file_info
 from ops.transient_errors import is_transient
 
 CODE_VERSION = "1"
+CHECK = "raw_pairs_not_empty"
 PARANMT_SUFFIXES = (".txt", ".txt.gz", ".tsv", ".tsv.gz", ".zip")
 
 RETRY_DELAY_ENV = "PSP_DOWNLOAD_RETRY_DELAY"
@@ -128,46 +120,13 @@ def _inbox_parts(spec: LanguageSpec, inbox: Path, files: list[Path], stage: Stag
     return parts
 
 
-@asset(
-    config_schema=plain_schema(RawPairsConfig),
-    partitions_def=language_partitions,
-    group_name=DATA_GROUP,
-    owners=OWNERS,
-    code_version=CODE_VERSION,
-    retry_policy=DOWNLOAD_RETRY_POLICY,
-    kinds={"parquet"},
-    check_specs=[
-        AssetCheckSpec(
-            "raw_pairs_not_empty",
-            asset="raw_pairs",
-            blocking=True,
-            description="The download read at least one pair. Blocking: an empty corpus (a wrong "
-            "corpus name or version, an empty inbox) would otherwise flow through every stage.",
-        )
-    ],
-)
-def raw_pairs(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    opus: OpusResource,
-    paranmt: ParaNmtResource,
-) -> MaterializeResult:
-    """Download (cached) or import the language's bitext / paraphrases into one pair file."""
-    config = op_config(context, RawPairsConfig)
-    with fail_at_once_unless_transient():
-        return _materialize(context, config, storage, opus, paranmt)
-
-
-def _materialize(
-    context: AssetExecutionContext,
-    config: RawPairsConfig,
-    storage: StorageResource,
-    opus: OpusResource,
-    paranmt: ParaNmtResource,
-) -> MaterializeResult:
-    spec = load_registry()[context.partition_key]
-    stage = Stage(storage, spec.code, "raw_pairs")
-    corpora = resolved_corpora(spec, config, opus) if spec.source == "opus" else []
+def plan(run: StageRun) -> Plan:
+    """The sources: the registry's description, the OPUS releases read (run-config versions,
+    ``latest`` resolved), the ParaNMT source, and signatures of the local directory and the
+    inbox (a file added there makes a new fingerprint)."""
+    spec, stage, storage = run.spec, run.stage, run.storage
+    opus, paranmt = run.resource("opus"), run.resource("paranmt")
+    corpora = resolved_corpora(spec, run.config, opus) if spec.source == "opus" else []
     inbox = storage.inbox_dir(spec.code)
     sources = {
         **spec.describe_sources(),
@@ -176,26 +135,19 @@ def _materialize(
         "local_dir_signature": directory_signature(spec.local_dir) if spec.local_dir else None,
         "inbox_signature": storage.inbox_signature(spec.code),
     }
-    key = fingerprint(stage="raw_pairs", code=CODE_VERSION, lang=spec.code, sources=sources)
 
     def compute() -> tuple[dict, dict]:
-        parts = []
+        output = stage.path("part-source.parquet")
         if spec.source == "opus":
-            output = stage.path("part-source.parquet")
-            parts.append(
-                (output, opus.fetch_bitext(spec.code, corpora, storage.cache_dir(), output))
-            )
+            fetched = opus.fetch_bitext(spec.code, corpora, storage.cache_dir(), output)
         elif spec.source == "paranmt":
-            output = stage.path("part-source.parquet")
-            parts.append((output, paranmt.fetch(storage.cache_dir(), output)))
+            fetched = paranmt.fetch(storage.cache_dir(), output)
         else:
-            output = stage.path("part-source.parquet")
-            parts.append(
-                (output, import_local_bitext(spec.local_dir, lang=spec.code, output=output))
-            )
+            fetched = import_local_bitext(spec.local_dir, lang=spec.code, output=output)
+        parts = [(output, fetched)]
         inbox_files = storage.inbox_files(spec.code)
         if inbox_files:
-            context.log.info("inbox %s: %d files", inbox, len(inbox_files))
+            run.context.log.info("inbox %s: %d files", inbox, len(inbox_files))
             parts.extend(_inbox_parts(spec, inbox, inbox_files, stage, paranmt))
         final = stage.path("pairs.parquet")
         if len(parts) == 1:
@@ -204,7 +156,7 @@ def _materialize(
             concat_pair_files([path for path, _ in parts], final)
             for path, _ in parts:
                 path.unlink()
-        reports = [report.as_dict() for _, report in parts]
+        reports = [part.as_dict() for _, part in parts]
         record = {
             "n_in": sum(r["n_in"] for r in reports),
             "n_out": sum(r["n_out"] for r in reports),
@@ -215,27 +167,48 @@ def _materialize(
         }
         return {"pairs": "pairs.parquet"}, record
 
-    # the download's progress (psp_core) and the reading's (ops) in the run's log
-    with logs_to_dagster(context.log), logs_to_dagster(context.log, "ops"):
-        manifest = stage.run(key, compute, force=config.force)
+    return Plan({"lang": spec.code, "sources": sources}, compute)
+
+
+def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
+    """The counts, the sources and each source's lines read and pairs kept; the check that the
+    sources gave pairs."""
     record = read_record(manifest, RawPairsRecord)
     n_pairs = pair_file_info(manifest.output("pairs"))[0]
     metadata = report_metadata(manifest, record, "pairs")
     metadata["sources"] = sources_table(record.sources)
     metadata["per_source"] = per_source_table(record.parts)
-    return MaterializeResult(
-        metadata=metadata,
-        data_version=DataVersion(manifest.fingerprint),
-        check_results=[
-            AssetCheckResult(
-                check_name="raw_pairs_not_empty",
-                passed=n_pairs > 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"pairs": n_pairs},
-                description=None if n_pairs else "the sources gave no pairs: check the registry",
-            )
-        ],
+    check = Check(
+        CHECK,
+        passed=n_pairs > 0,
+        metadata={"pairs": n_pairs},
+        description=None if n_pairs else "the sources gave no pairs: check the registry",
     )
+    return Report(metadata, [check])
+
+
+raw_pairs = stage_asset(
+    name="raw_pairs",
+    description="Download (cached) or import the language's bitext / paraphrases into one pair "
+    "file.",
+    code_version=CODE_VERSION,
+    config=RawPairsConfig,
+    kinds={"parquet"},
+    resources=("opus", "paranmt"),
+    checks=[
+        CheckSpec(
+            CHECK,
+            "The download read at least one pair. Blocking: an empty corpus (a wrong corpus name "
+            "or version, an empty inbox) would otherwise flow through every stage.",
+        )
+    ],
+    # the download's progress (psp_core) and the reading's (ops) in the run's log
+    loggers=("psp_core", "ops"),
+    around=fail_at_once_unless_transient,
+    retry_policy=DOWNLOAD_RETRY_POLICY,
+    plan=plan,
+    report=report,
+)
 
 
 def _sum_drops(reports: list[dict]) -> dict[str, int]:

@@ -15,7 +15,7 @@ with the ``ops`` loggers' lines in the run's log, and returns the report as a
 """
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +134,7 @@ def stage_asset(
     partitions_def: PartitionsDefinition | None = language_partitions,
     group: str = DATA_GROUP,
     loggers: Sequence[str] = ("ops",),
+    around: Callable[[], AbstractContextManager] = nullcontext,
     **asset_options: Any,
 ) -> AssetsDefinition:
     """The asset ``name``: the stage ``stage`` (its directory, default ``name``) of the language
@@ -141,17 +142,21 @@ def stage_asset(
 
     ``resources`` are the resource keys the plan and report read (:meth:`StageRun.resource`);
     ``loggers`` the Python loggers whose lines go to the run's log while the stage computes;
-    ``asset_options`` go to ``@asset`` as they are (a retry
+    ``around`` a context the materialization runs in, past reading the run config (one that
+    turns some errors into others); ``asset_options`` go to ``@asset`` as they are (a retry
     policy, a pool).
     """
     directory = stage or name
 
     def materialize_stage(context: AssetExecutionContext) -> MaterializeResult:
-        storage = context.resources.storage
+        settings = op_config(context, config)
+        with around():
+            return _materialize(context, settings)
+
+    def _materialize(context: AssetExecutionContext, settings: Any) -> MaterializeResult:
         language = spec(context)
-        run = StageRun(
-            context, language, op_config(context, config), Stage(storage, language.code, directory)
-        )
+        stage_dir = Stage(context.resources.storage, language.code, directory)
+        run = StageRun(context, language, settings, stage_dir)
         planned = plan(run)
         key = fingerprint(**({"stage": directory, "code": code_version} | dict(planned.key)))
         with ExitStack() as logging_to_dagster:  # the stage's progress lines
