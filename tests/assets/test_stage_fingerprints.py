@@ -14,16 +14,19 @@ multilingual model's chain runs on de's pairs alone.
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from dagster import materialize
 
+import psp_core.models.registry
 from pipelines.definitions import defs
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
-from tests.pipelines.corpora import publish_de
+from tests.pipelines.corpora import publish_de, write_eval_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
@@ -123,3 +126,57 @@ def test_data_stage_fingerprints_are_unchanged(
     )
     assert multi.success
     assert fingerprints(tmp_path / "storage") == PINNED[run]
+
+
+class _FrozenClock:
+    """The ``time`` module with ``time()`` fixed."""
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+    def time(self) -> float:
+        return 1_700_000_000.0
+
+
+MODEL_STAGES = ("psp_model", "model_evaluation")
+MULTI_MODEL_STAGES = ("multi_psp_model", "multi_evaluation")
+#: the model stages' fingerprints (smoke profile) before the asset layer was refactored
+PINNED_MODELS = {
+    "psp_model": "b8e1d8840b32783495d2cec1",
+    "model_evaluation": "8d78b0e9e57011432e4d6590",
+    "multi_psp_model": "901a1c4d4d2a329f6d18d631",
+    "multi_evaluation": "4516d29c1a3037a1a6725349",
+}
+
+
+@pytest.mark.slow
+def test_model_stage_fingerprints_are_unchanged(
+    opus_server: OpusServer, tmp_path: Path, monkeypatch
+) -> None:
+    """psp_model's and model_evaluation's, of de and of the multilingual model. The evaluation
+    data's files get fixed modification times (its signature is of names, sizes and times) and
+    the model registry a fixed clock (the evaluation's key names the version, whose id starts
+    with the time it was trained)."""
+    monkeypatch.setattr(psp_core.models.registry, "time", _FrozenClock())
+    publish_de(opus_server, build_moses_zip)
+    registry = tmp_path / "languages.toml"
+    registry.write_text(REGISTRY)
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    write_eval_dir(tmp_path / "eval")
+    for path in (tmp_path / "eval").rglob("*"):
+        os.utime(path, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    stages = [defs.get_assets_def(name) for name in DATA_STAGES + MODEL_STAGES]
+    result = materialize(stages, partition_key="de", resources=resources, run_config=SMOKE)
+    assert result.success
+    stages = [defs.get_assets_def(name) for name in MULTI_STAGES + MULTI_MODEL_STAGES]
+    assert materialize(stages, resources=resources, run_config=SMOKE).success
+    root = tmp_path / "storage"
+
+    def written(code: str, stage: str) -> str:
+        return json.loads((root / code / stage / "manifest.json").read_text())["fingerprint"]
+
+    found = {name: written("de", name) for name in MODEL_STAGES}
+    found["multi_psp_model"] = written("multi", "psp_model")
+    found["multi_evaluation"] = written("multi", "model_evaluation")
+    assert found == PINNED_MODELS
