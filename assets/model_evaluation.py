@@ -8,20 +8,18 @@ import hashlib
 import json
 from pathlib import Path
 
-from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
+from dagster import MetadataValue
 
 import psp_core  # its model (torch) is imported when a step loads one
-from assets.catalog import MODEL_GROUP, OWNERS
-from assets.config import EvaluationConfig, TrainingConfig, op_config, plain_schema
+from assets.catalog import MODEL_GROUP
+from assets.config import EvaluationConfig, TrainingConfig
 from assets.evaluation_tables import evaluation_tables
-from assets.languages import load_registry
 from assets.metadata import common_metadata, settings_table
 from assets.model_cards import card_facts, refresh_model_card
 from assets.model_versions import model_registry, promoted_model, test_scores_of
-from assets.partitions import language_partitions
-from assets.profiles import ProfileResource
-from assets.resources import EvaluationDataResource, StorageResource
-from assets.stage import Manifest, Stage, fingerprint
+from assets.records import EvaluationRecord, ModelRecord, read_record
+from assets.stage import Manifest
+from assets.stage_asset import Plan, Report, StageRun, stage_asset
 from psp_core.evaluation import EvaluationPlan, evaluate_model, plan_for_language
 from psp_core.evaluation.results import PAPER_STS_MEAN
 
@@ -54,71 +52,39 @@ def dev_sts_of(model: Manifest) -> str | None:
     default (STS 2017 en-en, as in the paper), the only one a run without a ``dev_sts``
     override uses.
     """
-    if model.record.get("best_dev_score") is None:
+    record = read_record(model, ModelRecord)
+    if record.best_dev_score is None:
         return None
-    return model.record.get("dev_sts") or TrainingConfig.model_fields["dev_sts"].default
+    return record.dev_sts or TrainingConfig.model_fields["dev_sts"].default
 
 
-@asset(
-    config_schema=plain_schema(EvaluationConfig),
-    partitions_def=language_partitions,
-    group_name=MODEL_GROUP,
-    owners=OWNERS,
-    code_version=CODE_VERSION,
-    deps=["psp_model"],
-    kinds={"json"},
-)
-def model_evaluation(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    eval_data: EvaluationDataResource,
-    profile: ProfileResource,
-) -> MaterializeResult:
-    """Evaluate the language's model on the evaluation data directory: by default the paper's
-    suites for the language (`psp_core.evaluation.plan_for_language`)."""
-    config = op_config(context, EvaluationConfig)
-    spec = load_registry()[context.partition_key]
-    return build_evaluation(
-        spec.code, plan_for_language(spec.code), config, storage, eval_data, profile
-    )
+def language_plan(run: StageRun) -> Plan:
+    """The paper's suites for the language (`psp_core.evaluation.plan_for_language`)."""
+    return plan(run, plan_for_language(run.spec.code))
 
 
-def build_evaluation(
-    code: str,
-    plan: EvaluationPlan,
-    config: EvaluationConfig,
-    storage: StorageResource,
-    eval_data: EvaluationDataResource,
-    profile: ProfileResource,
-) -> MaterializeResult:
-    """The evaluation stage of the model stored under ``code`` (a language, or ``multi``),
-    on ``plan`` unless the config names suites, tracks or Tatoeba languages."""
-    stage = Stage(storage, code, "model_evaluation")
-    model = promoted_model(storage, code)  # the language's model: its promoted version
+def plan(run: StageRun, suites_for: EvaluationPlan) -> Plan:
+    """The evaluation of the promoted model of the run's language (or ``multi``) on
+    ``suites_for``, unless the config names suites, tracks or Tatoeba languages; the key names
+    the model's version and the evaluation data's files."""
+    config, code, stage = run.config, run.spec.code, run.stage
+    model = promoted_model(run.storage, code)  # the language's model: its promoted version
     dev_sts = dev_sts_of(model)
-    eval_dir = eval_data.path()
-    suites = sorted(config.suites if config.suites is not None else plan.suites)
-    tracks = config.sts17_tracks if config.sts17_tracks is not None else list(plan.sts17_tracks)
+    eval_dir = run.resource("eval_data").path()
+    suites = sorted(config.suites if config.suites is not None else suites_for.suites)
+    tracks = (
+        config.sts17_tracks if config.sts17_tracks is not None else list(suites_for.sts17_tracks)
+    )
     tatoeba = (
         config.tatoeba_languages
         if config.tatoeba_languages is not None
-        else list(plan.tatoeba_languages)
+        else list(suites_for.tatoeba_languages)
     )
+    profile = run.resource("profile")
     speed_repeats = profile.settings("model_evaluation", {"speed_repeats": config.speed_repeats})
     speed_repeats = speed_repeats.get("speed_repeats", PAPER_SPEED_REPEATS)
-    key = fingerprint(
-        stage=stage.name,
-        code=CODE_VERSION,
-        model=model.fingerprint,
-        eval_data=tree_signature(eval_dir),
-        suites=suites,
-        sts17_tracks=tracks,
-        tatoeba=tatoeba,
-        dev_sts=dev_sts,
-        speed_repeats=speed_repeats,
-    )
 
-    def run() -> tuple[dict, dict]:
+    def compute() -> tuple[dict, dict]:
         results = evaluate_model(
             psp_core.load_model(model.output("bundle")),
             eval_dir,
@@ -141,28 +107,63 @@ def build_evaluation(
             "missing": summary["missing"],
         }
 
-    manifest = stage.run(key, run, force=config.force)
+    key = {
+        # this stage's code version also for the multilingual model's evaluation (whose
+        # asset has its own)
+        "code": CODE_VERSION,
+        "model": model.fingerprint,
+        "eval_data": tree_signature(eval_dir),
+        "suites": suites,
+        "sts17_tracks": tracks,
+        "tatoeba": tatoeba,
+        "dev_sts": dev_sts,
+        "speed_repeats": speed_repeats,
+    }
+    return Plan(key, compute, shows={"model": model})
+
+
+def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
+    """The results, one table per suite and the markdown report; records the version's test
+    scores in the model registry and puts the tables in the model card."""
+    model: Manifest = plan.shows["model"]
+    code = run.spec.code
     # the version's test scores beside it, for psp models list (the gate never reads them)
     summary = json.loads(manifest.output("json").read_text())
-    model_registry(storage, code).record_evaluation(model.fingerprint, test_scores_of(summary))
+    model_registry(run.storage, code).record_evaluation(model.fingerprint, test_scores_of(summary))
     # the model card (bundle and exports) gets the evaluation's tables
     markdown = manifest.output("markdown").read_text()
-    refresh_model_card(model, card_facts(stage, code, model.record, markdown))
-    record = manifest.record
+    refresh_model_card(model, card_facts(run.stage, code, model.record, markdown))
+    record = read_record(manifest, EvaluationRecord)
     metadata = common_metadata(manifest, "json")
     # one table per suite, inline; the whole markdown report (with notes) one click away
     metadata.update(evaluation_tables(json.loads(manifest.output("json").read_text())))
     metadata["results"] = MetadataValue.md(markdown)
-    metadata["missing"] = MetadataValue.text(", ".join(record["missing"]) or "nothing")
-    metadata["dev_sts"] = MetadataValue.text(record["dev_sts"] or "none (no model selection)")
-    if record["sts_mean"]:
-        metadata["sts_mean_pearson"] = MetadataValue.float(round(record["sts_mean"]["pearson"], 2))
+    metadata["missing"] = MetadataValue.text(", ".join(record.missing) or "nothing")
+    metadata["dev_sts"] = MetadataValue.text(record.dev_sts or "none (no model selection)")
+    if record.sts_mean:
+        metadata["sts_mean_pearson"] = MetadataValue.float(round(record.sts_mean["pearson"], 2))
         metadata["sts_mean_over"] = MetadataValue.text(
-            record["sts_mean_note"] or f"2012-2016, as the paper's {PAPER_STS_MEAN}"
+            record.sts_mean_note or f"2012-2016, as the paper's {PAPER_STS_MEAN}"
         )
-    for track, values in record["sts17"].items():
+    for track, values in record.sts17.items():
         dev = "_dev" if values["dev"] else ""  # the model-selection track: in no mean
         metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(round(values["pearson"], 2))
-    if record["speed"]:
-        metadata["speed"] = settings_table(record["speed"])
-    return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))
+    if record.speed:
+        metadata["speed"] = settings_table(record.speed)
+    return Report(metadata)
+
+
+model_evaluation = stage_asset(
+    name="model_evaluation",
+    description="""Evaluate the language's model on the evaluation data directory: by default the paper's
+    suites for the language (`psp_core.evaluation.plan_for_language`).""",
+    code_version=CODE_VERSION,
+    config=EvaluationConfig,
+    upstream=["psp_model"],
+    kinds={"json"},
+    resources=("eval_data", "profile"),
+    group=MODEL_GROUP,
+    loggers=(),
+    plan=language_plan,
+    report=report,
+)

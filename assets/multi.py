@@ -22,7 +22,13 @@ from dagster import (
     asset,
 )
 
-from assets import deduplicated_pairs, psp_model, sentencepiece_model, training_data
+from assets import (
+    deduplicated_pairs,
+    model_evaluation,
+    psp_model,
+    sentencepiece_model,
+    training_data,
+)
 from assets.catalog import MULTI_GROUP, OWNERS
 from assets.config import (
     EvaluationConfig,
@@ -33,9 +39,8 @@ from assets.config import (
     op_config,
     plain_schema,
 )
-from assets.languages import MULTI, LanguageSpec, load_registry
+from assets.languages import LanguageSpec, load_registry
 from assets.metadata import common_metadata
-from assets.model_evaluation import build_evaluation
 from assets.profiles import ProfileResource
 from assets.psp_model import build_model
 from assets.records import MultiPairsRecord, read_record
@@ -289,22 +294,25 @@ def multi_psp_model(
     )
 
 
-@asset(
-    config_schema=plain_schema(EvaluationConfig),
-    group_name=MULTI_GROUP,
-    owners=OWNERS,
+def evaluation_plan(run: StageRun) -> Plan:
+    """The suites of every `[multi]` language (:func:`assets.model_evaluation.plan`)."""
+    return model_evaluation.plan(run, plan_for_languages(load_registry().multi_languages()))
+
+
+multi_evaluation = stage_asset(
+    name="multi_evaluation",
+    description="""Every set the per-language models are evaluated on: English STS, STS-B, every STS 2017
+    track of its languages, Tatoeba for each of them, and speed.""",
     code_version="1",
-    deps=["multi_psp_model"],
+    config=EvaluationConfig,
+    upstream=["multi_psp_model"],
     kinds={"json"},
+    resources=("eval_data", "profile"),
+    stage="model_evaluation",
+    spec=multi_language,
+    partitions_def=None,
+    group=MULTI_GROUP,
+    loggers=(),
+    plan=evaluation_plan,
+    report=model_evaluation.report,
 )
-def multi_evaluation(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    eval_data: EvaluationDataResource,
-    profile: ProfileResource,
-) -> MaterializeResult:
-    """Every set the per-language models are evaluated on: English STS, STS-B, every STS 2017
-    track of its languages, Tatoeba for each of them, and speed."""
-    config = op_config(context, EvaluationConfig)
-    plan = plan_for_languages(load_registry().multi_languages())
-    return build_evaluation(MULTI, plan, config, storage, eval_data, profile)

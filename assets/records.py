@@ -127,3 +127,37 @@ class MultiPairsRecord(PairCounts):
     alpha: float
     seed: int
     languages: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRecord(Record):
+    """psp_model: the training's history (per epoch), steps, the epoch kept and its dev score
+    (None without model selection), the dev STS file or suite it selected on, the bundle's
+    sizes, the settings, its time and the version it is (absent in older manifests)."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    steps: int = 0
+    best_epoch: int | None = None
+    best_dev_score: float | None = None
+    dev_sts: str | None = None
+    model_selection: str | None = None
+    dim: int = 0
+    vocab_size: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    training_window: list[float] | None = None
+    loss_curve: list[Any] | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationRecord(Record):
+    """model_evaluation: the STS mean (and what it is over when not the paper's years), the dev
+    STS file, the STS 2017 tracks, the speed and the sets missing from the evaluation data."""
+
+    sts_mean: dict[str, Any] | None = None
+    sts_mean_note: str | None = None
+    dev_sts: str | None = None
+    sts17: dict[str, dict[str, Any]] = field(default_factory=dict)
+    speed: dict[str, Any] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
