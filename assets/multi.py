@@ -13,13 +13,10 @@ from functools import partial
 
 from dagster import (
     AllPartitionMapping,
-    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     Failure,
-    MaterializeResult,
     MetadataValue,
-    asset,
 )
 
 from assets import (
@@ -29,22 +26,18 @@ from assets import (
     sentencepiece_model,
     training_data,
 )
-from assets.catalog import MULTI_GROUP, OWNERS
+from assets.catalog import MULTI_GROUP
 from assets.config import (
     EvaluationConfig,
     MultiPairsConfig,
     MultiTrainingConfig,
     SentencepieceConfig,
     TrainingDataConfig,
-    op_config,
-    plain_schema,
 )
 from assets.languages import LanguageSpec, load_registry
 from assets.metadata import common_metadata
-from assets.profiles import ProfileResource
-from assets.psp_model import build_model
 from assets.records import MultiPairsRecord, read_record
-from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
+from assets.resources import StorageResource
 from assets.stage import Manifest, read_manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.multi_pairs import LanguagePairs, sample_languages
@@ -245,53 +238,36 @@ multi_training_data = stage_asset(
 )
 
 
-@asset(
-    config_schema=plain_schema(MultiTrainingConfig),
-    group_name=MULTI_GROUP,
-    owners=OWNERS,
+multi_psp_model = stage_asset(
+    name="multi_psp_model",
+    description="""Train the multilingual model: hard negatives from the whole mega-batch whatever their
+    language (each pair by its kind's rule), unless `negatives_within: language`.""",
     code_version="1",
-    deps=["multi_sentencepiece_model", "multi_training_data"],
-    pool="psp_training",
+    config=MultiTrainingConfig,
+    upstream=["multi_sentencepiece_model", "multi_training_data"],
     kinds={"pytorch"},
-    check_specs=[
-        AssetCheckSpec(
+    resources=("compute", "eval_data", "profile"),
+    checks=[
+        CheckSpec(
             psp_model.VOCAB_CHECK,
-            asset="multi_psp_model",
-            blocking=True,
-            description="The bundle's embedding table has one row per piece of the shared "
-            "vocabulary. Blocking: otherwise ids would index the wrong rows.",
+            "The bundle's embedding table has one row per piece of the shared vocabulary. "
+            "Blocking: otherwise ids would index the wrong rows.",
         ),
-        AssetCheckSpec(
+        CheckSpec(
             psp_model.FINITE_CHECK,
-            asset="multi_psp_model",
-            blocking=True,
-            description="Every weight is finite. Blocking: a NaN row makes every sentence with "
-            "that piece NaN.",
+            "Every weight is finite. Blocking: a NaN row makes every sentence with that piece NaN.",
         ),
-        psp_model.promoted_check_spec("multi_psp_model"),
+        psp_model.PROMOTED_CHECK_SPEC,
     ],
+    stage="psp_model",
+    spec=multi_language,
+    partitions_def=None,
+    group=MULTI_GROUP,
+    loggers=(),
+    pool="psp_training",
+    plan=partial(psp_model.plan, profile_asset="multi_psp_model"),
+    report=psp_model.report,
 )
-def multi_psp_model(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    compute: ComputeResource,
-    eval_data: EvaluationDataResource,
-    profile: ProfileResource,
-) -> MaterializeResult:
-    """Train the multilingual model: hard negatives from the whole mega-batch whatever their
-    language (each pair by its kind's rule), unless `negatives_within: language`."""
-    config = op_config(context, MultiTrainingConfig)
-    spec = load_registry().multi.as_language()
-    return build_model(
-        context,
-        spec,
-        config,
-        storage,
-        compute,
-        eval_data,
-        profile,
-        profile_asset="multi_psp_model",
-    )
 
 
 def evaluation_plan(run: StageRun) -> Plan:

@@ -9,22 +9,12 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    DataVersion,
-    Failure,
-    MaterializeResult,
-    MetadataValue,
-    asset,
-)
+from dagster import AssetExecutionContext, Failure, MetadataValue
 
 import psp_core  # its model and trainer (torch) are imported when a step runs
-from assets.catalog import MODEL_GROUP, OWNERS
-from assets.config import TrainingConfig, op_config, plain_schema
-from assets.languages import LanguageSpec, load_registry
+from assets.catalog import MODEL_GROUP
+from assets.config import TrainingConfig
+from assets.languages import LanguageSpec
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
@@ -36,12 +26,12 @@ from assets.model_versions import (
     run_gate,
 )
 from assets.orphan_guard import stop_when_orphaned
-from assets.partitions import language_partitions
 from assets.plots import LossCurve, chart_markdown
-from assets.profiles import ProfileResource
+from assets.records import ModelRecord, read_record
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.slots import machine_slot
 from assets.stage import Manifest, Stage, fingerprint
+from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
 from psp_core.models.bundle import BundleError, load_bundle
@@ -55,14 +45,14 @@ VOCAB_CHECK = "model_vocab_matches_sentencepiece"
 PROMOTED_CHECK = "model_promoted"
 
 
-def promoted_check_spec(asset_name: str) -> AssetCheckSpec:
-    return AssetCheckSpec(
-        PROMOTED_CHECK,
-        asset=asset_name,
-        description="The version this run trained (or reused) is the promoted model. A warning "
-        "when the promotion gate kept the earlier version (a dev score more than the registry's "
-        "tolerance below it): point alerting at this check to hear of a bad retrain.",
-    )
+#: a warning, never blocking: the earlier model stays promoted and serves on
+PROMOTED_CHECK_SPEC = CheckSpec(
+    PROMOTED_CHECK,
+    "The version this run trained (or reused) is the promoted model. A warning when the "
+    "promotion gate kept the earlier version (a dev score more than the registry's tolerance "
+    "below it): point alerting at this check to hear of a bad retrain.",
+    blocking=False,
+)
 
 
 FINITE_CHECK = "model_weights_finite"
@@ -70,11 +60,11 @@ FINITE_CHECK = "model_weights_finite"
 _NOT_IN_FINGERPRINT = ("device", "num_threads", "log_every", "log_seconds", "checkpoint_every")
 
 
-def loss_pictures(record: dict) -> dict[str, MetadataValue]:
+def loss_pictures(record: ModelRecord) -> dict[str, MetadataValue]:
     """The loss curve (mean loss per window of steps) and, with model selection, the dev score
     per epoch, each a picture short enough to show inline."""
-    curve = record.get("loss_curve") or [
-        (h["steps"], h["loss"]) for h in record["history"] if h.get("loss") is not None
+    curve = record.loss_curve or [
+        (h["steps"], h["loss"]) for h in record.history if h.get("loss") is not None
     ]
     pictures = {
         "loss_curve": MetadataValue.md(
@@ -87,7 +77,7 @@ def loss_pictures(record: dict) -> dict[str, MetadataValue]:
             )
         )
     }
-    dev = [(h["epoch"] + 1, h["dev_score"]) for h in record["history"] if h.get("dev_score")]
+    dev = [(h["epoch"] + 1, h["dev_score"]) for h in record.history if h.get("dev_score")]
     if len(dev) > 1:  # (one epoch's score is in the epochs table: a curve of one point is not)
         chart = chart_markdown(
             dev, title="dev STS (Pearson x 100)", x_label="epoch", alt="dev score", color="#d04a02"
@@ -96,7 +86,7 @@ def loss_pictures(record: dict) -> dict[str, MetadataValue]:
     return pictures
 
 
-def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetCheckResult]:
+def check_bundle(bundle: Path, spm_path: Path) -> tuple[Check, Check]:
     """The two model checks: vocabulary consistency with the sentencepiece model, finiteness."""
     try:
         config, _, embeddings = load_bundle(bundle)  # validates sha256 and piece count itself
@@ -105,10 +95,9 @@ def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetC
         config, embeddings, problem = None, None, str(err)
     spm_sha = sha256_file(spm_path)
     vocab_ok = problem is None and config.spm_sha256 == spm_sha
-    vocab = AssetCheckResult(
-        check_name=VOCAB_CHECK,
+    vocab = Check(
+        VOCAB_CHECK,
         passed=bool(vocab_ok),
-        severity=AssetCheckSeverity.ERROR,
         description=problem
         or (None if vocab_ok else f"bundle spm sha256 differs from {spm_path}'s"),
         metadata={
@@ -117,55 +106,8 @@ def check_bundle(bundle: Path, spm_path: Path) -> tuple[AssetCheckResult, AssetC
         },
     )
     non_finite = int(np.size(embeddings) - np.isfinite(embeddings).sum()) if problem is None else -1
-    finite = AssetCheckResult(
-        check_name=FINITE_CHECK,
-        passed=non_finite == 0,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"non_finite_values": non_finite},
-    )
+    finite = Check(FINITE_CHECK, passed=non_finite == 0, metadata={"non_finite_values": non_finite})
     return vocab, finite
-
-
-@asset(
-    config_schema=plain_schema(TrainingConfig),
-    partitions_def=language_partitions,
-    group_name=MODEL_GROUP,
-    owners=OWNERS,
-    code_version=CODE_VERSION,
-    deps=["sentencepiece_model", "training_data"],
-    pool="psp_training",
-    kinds={"pytorch"},
-    check_specs=[
-        AssetCheckSpec(
-            VOCAB_CHECK,
-            asset="psp_model",
-            blocking=True,
-            description="The bundle's embedding table has one row per piece of its sentencepiece "
-            "model. Blocking: otherwise ids would index the wrong rows (or past the table).",
-        ),
-        AssetCheckSpec(
-            FINITE_CHECK,
-            asset="psp_model",
-            blocking=True,
-            description="Every weight is finite. Blocking: a NaN or inf row (a diverged run) "
-            "makes the embeddings of every sentence with that piece NaN.",
-        ),
-        promoted_check_spec("psp_model"),
-    ],
-)
-def psp_model(
-    context: AssetExecutionContext,
-    storage: StorageResource,
-    compute: ComputeResource,
-    eval_data: EvaluationDataResource,
-    profile: ProfileResource,
-) -> MaterializeResult:
-    """Train the P-SP model on the packed data; resumes from its checkpoint after a failure
-    (one that no longer fits the training file is dropped with a warning). psp_core's log
-    lines (resuming, loss and pairs/s) go to the run's log."""
-    config = op_config(context, TrainingConfig)
-    spec = load_registry()[context.partition_key]
-    return build_model(context, spec, config, storage, compute, eval_data, profile)
 
 
 #: the model selection of ``select_on_dev_suite`` (as recorded and fingerprinted)
@@ -293,23 +235,22 @@ class ModelTraining:
         }
 
 
-def plan_training(
-    context: AssetExecutionContext,
-    spec: LanguageSpec,
-    config: TrainingConfig,
-    storage: StorageResource,
-    compute: ComputeResource,
-    eval_data: EvaluationDataResource,
-    profile: ProfileResource,
-    profile_asset: str,
-) -> ModelTraining:
-    """The training ``spec``'s stage would run now: the profile's settings under the run's
-    overrides, the model selection, and the fingerprint that decides whether it reruns."""
-    stage = Stage(storage, spec.code, "psp_model")
-    spm = stage.upstream("sentencepiece_model")
-    data = stage.upstream("training_data")
+def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dict]:
+    """The training the run's stage would run now: the profile's settings under the run's
+    overrides, the model selection, and the fingerprint that decides whether it reruns (with
+    the inputs it is the hash of)."""
+    context, spec, config, stage, storage = (
+        run.context,
+        run.spec,
+        run.config,
+        run.stage,
+        run.storage,
+    )
+    compute, eval_data = run.resource("compute"), run.resource("eval_data")
+    spm = run.upstream("sentencepiece_model")
+    data = run.upstream("training_data")
     train_config: TrainConfig = spec.train_config(
-        **profile.settings(profile_asset, config.overrides()),
+        **run.resource("profile").settings(profile_asset, config.overrides()),
         device=compute.device,
         num_threads=compute.threads,
     )
@@ -322,16 +263,17 @@ def plan_training(
         for k, v in train_config.to_dict().items()
         if k not in _NOT_IN_FINGERPRINT and TrainConfig.ADDED_LATER.get(k, object()) != v
     }
-    key = fingerprint(
-        stage=stage.name,
-        code=CODE_VERSION,
-        spm=spm.fingerprint,
-        data=data.fingerprint,
-        settings=settings,
-        pretokenizer=spec.pretokenizer,
-        dev=selection,
-    )
-    return ModelTraining(
+    key = {
+        "stage": stage.name,
+        # this stage's code version also for the multilingual model (whose asset has its own)
+        "code": CODE_VERSION,
+        "spm": spm.fingerprint,
+        "data": data.fingerprint,
+        "settings": settings,
+        "pretokenizer": spec.pretokenizer,
+        "dev": selection,
+    }
+    job = ModelTraining(
         context,
         spec,
         stage,
@@ -339,7 +281,7 @@ def plan_training(
         data,
         train_config,
         settings,
-        key,
+        fingerprint(**key),
         selection,
         dev_evaluator,
         held_back,
@@ -347,32 +289,26 @@ def plan_training(
         compute,
         eval_data,
     )
+    return job, key
 
 
-def build_model(
-    context: AssetExecutionContext,
-    spec: LanguageSpec,
-    config: TrainingConfig,
-    storage: StorageResource,
-    compute: ComputeResource,
-    eval_data: EvaluationDataResource,
-    profile: ProfileResource,
-    *,
-    profile_asset: str = "psp_model",
-) -> MaterializeResult:
-    """The training stage of ``spec`` (a language, or the multilingual model with
-    ``profile_asset="multi_psp_model"``): a new version trained unless one was trained from
-    the same inputs and settings, the promotion gate, then the exports of the promoted model."""
-    unknown = sorted(set(config.exports) - set(EXPORT_FORMATS))
+def plan(run: StageRun, *, profile_asset: str = "psp_model") -> Plan:
+    """A new version trained unless one was trained from the same inputs and settings (the
+    multilingual model's with ``profile_asset="multi_psp_model"``).
+
+    Raises:
+        Failure: the config asks for an export format that does not exist.
+    """
+    unknown = sorted(set(run.config.exports) - set(EXPORT_FORMATS))
     if unknown:
         raise Failure(f"psp_model: exports {unknown} unknown; choose from {list(EXPORT_FORMATS)}")
-    job = plan_training(context, spec, config, storage, compute, eval_data, profile, profile_asset)
-    registry = model_registry(storage, spec.code)  # (adopts a bundle of an earlier release)
+    job, key = plan_training(run, profile_asset)
+    registry = model_registry(run.storage, run.spec.code)  # (adopts a bundle of an earlier release)
 
-    def run() -> tuple[dict, dict]:
-        version = None if config.force else registry.find(job.key)
+    def compute() -> tuple[dict, dict]:
+        version = None if run.config.force else registry.find(job.key)
         if version is not None:
-            context.log.info(
+            run.context.log.info(
                 "version %s was trained from these inputs and settings: reusing it", version.id
             )
         else:
@@ -382,59 +318,92 @@ def build_model(
             "version": version.id,
         }
 
-    manifest = job.stage.run(job.key, run, force=config.force)
+    return Plan(key, compute, shows={"job": job, "registry": registry})
+
+
+def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
+    """The promotion gate on the version, the exports of the promoted model, the training's
+    metadata; the bundle's checks and whether the version is the promoted one."""
+    job: ModelTraining = plan.shows["job"]
+    registry = plan.shows["registry"]
+    spec, log = run.spec, run.context.log
     if not manifest.reused:
         # the card with the data funnel and the run (the evaluation adds its tables)
         refresh_model_card(manifest, card_facts(job.stage, spec.code, manifest.record))
+    record = read_record(manifest, ModelRecord)
     version = (
-        registry.version(manifest.record["version"])
-        if "version" in manifest.record
+        registry.version(record.version)
+        if record.version is not None
         else registry.promoted()  # a manifest of an earlier release: its adopted bundle
     )
     decision, line = run_gate(
-        registry, version, eval_data.path(), spec.promotion, held_back=job.held_back
+        registry, version, job.eval_data.path(), spec.promotion, held_back=job.held_back
     )
     if decision is not None and not decision.promote:
-        context.log.warning(line)
+        log.warning(line)
     else:
-        context.log.info(line)
+        log.info(line)
     removed = registry.prune(spec.promotion.keep_versions)
     if removed:
-        context.log.info(
-            "removed versions beyond the newest %d: %s", spec.promotion.keep_versions, removed
-        )
-    promoted = promoted_model(storage, spec.code)
-    exports = write_exports(promoted, config.exports)
+        log.info("removed versions beyond the newest %d: %s", spec.promotion.keep_versions, removed)
+    promoted = promoted_model(run.storage, spec.code)
+    exports = write_exports(promoted, run.config.exports)
     metadata = common_metadata(manifest, "bundle")
     metadata.update(gate_metadata(decision, version, registry))
     for format, directory in exports.items():
         metadata[f"export_{format}"] = MetadataValue.path(str(directory))
-    metadata.update(training_metadata(manifest.record))
-    promoted_check = AssetCheckResult(
-        check_name=PROMOTED_CHECK,
+    metadata.update(training_metadata(record))
+    promoted_check = Check(
+        PROMOTED_CHECK,
         passed=promoted.fingerprint == version.id,
-        severity=AssetCheckSeverity.WARN,
+        warn=True,
         description=line,
         metadata={"version": version.id, "promoted_version": promoted.fingerprint},
     )
-    return MaterializeResult(
-        metadata=metadata,
-        data_version=DataVersion(manifest.fingerprint),
-        check_results=[
-            *check_bundle(manifest.output("bundle"), job.spm.output("model")),
-            promoted_check,
-        ],
-    )
+    bundle_checks = check_bundle(manifest.output("bundle"), job.spm.output("model"))
+    return Report(metadata, [*bundle_checks, promoted_check])
 
 
-def training_metadata(record: dict) -> dict[str, MetadataValue]:
+psp_model = stage_asset(
+    name="psp_model",
+    description="""Train the P-SP model on the packed data; resumes from its checkpoint after a failure
+    (one that no longer fits the training file is dropped with a warning). psp_core's log
+    lines (resuming, loss and pairs/s) go to the run's log.""",
+    code_version=CODE_VERSION,
+    config=TrainingConfig,
+    upstream=["sentencepiece_model", "training_data"],
+    kinds={"pytorch"},
+    resources=("compute", "eval_data", "profile"),
+    checks=[
+        CheckSpec(
+            VOCAB_CHECK,
+            "The bundle's embedding table has one row per piece of its sentencepiece model. "
+            "Blocking: otherwise ids would index the wrong rows (or past the table).",
+        ),
+        CheckSpec(
+            FINITE_CHECK,
+            "Every weight is finite. Blocking: a NaN or inf row (a diverged run) makes the "
+            "embeddings of every sentence with that piece NaN.",
+        ),
+        PROMOTED_CHECK_SPEC,
+    ],
+    group=MODEL_GROUP,
+    # training logs its own lines (psp_core's, while it trains)
+    loggers=(),
+    pool="psp_training",
+    plan=plan,
+    report=report,
+)
+
+
+def training_metadata(record: ModelRecord) -> dict[str, MetadataValue]:
     """What the UI shows of a training: sizes, steps, the loss and dev-score pictures, the
     epochs table, the last epoch's loss and speed, the settings and when it ran."""
-    history = record["history"]
+    history = record.history
     metadata = {
-        "dim": MetadataValue.int(record["dim"]),
-        "vocab_size": MetadataValue.int(record["vocab_size"]),
-        "steps": MetadataValue.int(record["steps"]),
+        "dim": MetadataValue.int(record.dim),
+        "vocab_size": MetadataValue.int(record.vocab_size),
+        "steps": MetadataValue.int(record.steps),
         **loss_pictures(record),
         "epochs": epochs_table(history),
         "last_epoch_mean_loss": MetadataValue.float(
@@ -443,15 +412,15 @@ def training_metadata(record: dict) -> dict[str, MetadataValue]:
         "pairs_per_second": MetadataValue.float(
             round(float(history[-1]["pairs_per_second"] or 0.0), 1) if history else 0.0
         ),
-        "seconds": MetadataValue.float(round(float(record["seconds"]), 1)),
-        "settings": settings_table(record["settings"]),
+        "seconds": MetadataValue.float(round(float(record.seconds), 1)),
+        "settings": settings_table(record.settings),
     }
-    window = record.get("training_window")
+    window = record.training_window
     if window:
         metadata["training_started"] = MetadataValue.timestamp(float(window[0]))
         metadata["training_ended"] = MetadataValue.timestamp(float(window[1]))
-    if record.get("best_dev_score") is not None:
-        metadata["best_dev_score"] = MetadataValue.float(round(float(record["best_dev_score"]), 2))
+    if record.best_dev_score is not None:
+        metadata["best_dev_score"] = MetadataValue.float(round(float(record.best_dev_score), 2))
         # counted from 1, as the epochs table and chart count them
-        metadata["best_epoch"] = MetadataValue.int(int(record["best_epoch"]) + 1)
+        metadata["best_epoch"] = MetadataValue.int(int(record.best_epoch) + 1)
     return metadata
