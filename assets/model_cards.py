@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from assets.records import ModelRecord, RawPairsRecord, read_record
 from assets.stage import Manifest, Stage, StageInputMissing
 from psp_core.models.bundle import read_config
 from psp_core.models.model_card import CardFacts, model_card, retarget_card, write_card
@@ -27,9 +28,9 @@ EXPORT_RECORD = "psp_export.json"
 log = logging.getLogger(__name__)
 
 
-def _sources(raw_record: dict[str, Any]) -> list[dict[str, Any]]:
+def _sources(raw: RawPairsRecord | None) -> list[dict[str, Any]]:
     rows = []
-    for part in raw_record.get("parts", []):
+    for part in raw.parts if raw is not None else []:
         for name, report in (part.get("corpora") or {part["stage"]: part}).items():
             rows.append(
                 {"source": name, "lines_read": report["n_in"], "pairs_kept": report["n_out"]}
@@ -38,23 +39,24 @@ def _sources(raw_record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def card_facts(
-    stage: Stage, lang: str, model_record: dict[str, Any], evaluation_markdown: str | None = None
+    stage: Stage, lang: str, model_record: ModelRecord, evaluation_markdown: str | None = None
 ) -> CardFacts:
     """What the card of ``lang``'s model says, from the manifests under ``stage``'s root."""
-    funnel = []
+    found = {}
     for name in FUNNEL_STAGES:
         try:
-            funnel.append((name, stage.upstream(name).record))
+            found[name] = stage.upstream(name)
         except StageInputMissing:
             continue  # a stage trained on data prepared elsewhere
-    raw = dict(funnel).get("raw_pairs", {})
-    window = model_record.get("training_window") or [None, None]
+    raw = read_record(found["raw_pairs"], RawPairsRecord) if "raw_pairs" in found else None
+    window = model_record.training_window or [None, None]
     return CardFacts(
         name=f"psp-{lang}",
         sources=_sources(raw),
-        funnel=[(name, record) for name, record in funnel if "n_in" in record],
+        # (the card's funnel takes the records as they are on disk: psp_core reads them)
+        funnel=[(name, found[name].record) for name in found if "n_in" in found[name].record],
         training={
-            "seconds": model_record.get("seconds"),
+            "seconds": model_record.seconds,
             "started": window[0],
             "ended": window[1],
         },

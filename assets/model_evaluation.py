@@ -132,7 +132,9 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     model_registry(run.storage, code).record_evaluation(model.fingerprint, test_scores_of(summary))
     # the model card (bundle and exports) gets the evaluation's tables
     markdown = manifest.output("markdown").read_text()
-    refresh_model_card(model, card_facts(run.stage, code, model.record, markdown))
+    refresh_model_card(
+        model, card_facts(run.stage, code, read_record(model, ModelRecord), markdown)
+    )
     record = read_record(manifest, EvaluationRecord)
     metadata = common_metadata(manifest, "json")
     # one table per suite, inline; the whole markdown report (with notes) one click away

@@ -327,10 +327,10 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     job: ModelTraining = plan.shows["job"]
     registry = plan.shows["registry"]
     spec, log = run.spec, run.context.log
+    record = read_record(manifest, ModelRecord)
     if not manifest.reused:
         # the card with the data funnel and the run (the evaluation adds its tables)
-        refresh_model_card(manifest, card_facts(job.stage, spec.code, manifest.record))
-    record = read_record(manifest, ModelRecord)
+        refresh_model_card(manifest, card_facts(job.stage, spec.code, record))
     version = (
         registry.version(record.version)
         if record.version is not None
@@ -412,7 +412,7 @@ def training_metadata(record: ModelRecord) -> dict[str, MetadataValue]:
         "pairs_per_second": MetadataValue.float(
             round(float(history[-1]["pairs_per_second"] or 0.0), 1) if history else 0.0
         ),
-        "seconds": MetadataValue.float(round(float(record.seconds), 1)),
+        "seconds": MetadataValue.float(round(float(record.seconds or 0.0), 1)),
         "settings": settings_table(record.settings),
     }
     window = record.training_window

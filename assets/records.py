@@ -144,7 +144,7 @@ class ModelRecord(Record):
     dim: int = 0
     vocab_size: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
+    seconds: float | None = None
     training_window: list[float] | None = None
     loss_curve: list[Any] | None = None
     version: str | None = None
