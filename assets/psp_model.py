@@ -239,13 +239,8 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
     """The training the run's stage would run now: the profile's settings under the run's
     overrides, the model selection, and the fingerprint that decides whether it reruns (with
     the inputs it is the hash of)."""
-    context, spec, config, stage, storage = (
-        run.context,
-        run.spec,
-        run.config,
-        run.stage,
-        run.storage,
-    )
+    context, spec, config, stage = run.context, run.spec, run.config, run.stage
+    storage = run.storage
     compute, eval_data = run.resource("compute"), run.resource("eval_data")
     spm = run.upstream("sentencepiece_model")
     data = run.upstream("training_data")

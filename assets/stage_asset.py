@@ -3,15 +3,17 @@
 A stage module gives :func:`stage_asset` two functions:
 
 - ``plan(run) -> Plan``: what decides the output (the fingerprint's inputs, beyond the stage's
-  name and code version, which are added here) and how to compute it (``compute() ->
-  (outputs, record)``, as :meth:`assets.stage.Stage.run` takes it);
+  directory name and code version, which are added here) and how to compute it (``compute()
+  -> (outputs, record)``, as :meth:`assets.stage.Stage.run` takes it);
 - ``report(run, plan, manifest) -> Report``: the metadata and the check outcomes of the
   finished (or reused) stage.
 
-The asset built here reads the run config into the stage's config class, the language from
-the registry, runs the plan through :meth:`Stage.run` (reused when the fingerprint matches),
-with the ``ops`` loggers' lines in the run's log, and returns the report as a
-``MaterializeResult`` whose data version is the fingerprint.
+The asset built here reads the run config into the stage's config class and the language
+(by default the registry's entry of the run's partition), runs the plan through
+:meth:`Stage.run` (reused when the fingerprint matches) with the stage's loggers' lines in the
+run's log, and returns the report as a ``MaterializeResult`` whose data version is the
+fingerprint. The asset's name, key, group, owners, code version, deps, kinds, checks, config
+schema and description are those given: the UI shows them, as it did before the factory.
 """
 
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -52,7 +54,7 @@ class CheckSpec:
 
 @dataclass(frozen=True)
 class Check:
-    """One check's outcome; a failed blocking check is an error, any other a warning."""
+    """One check's outcome, of severity error (``warn``: a warning)."""
 
     name: str
     passed: bool
@@ -128,7 +130,7 @@ def stage_asset(
     report: Callable[[StageRun, Plan, Manifest], Report],
     upstream: Sequence[str | AssetDep] = (),
     checks: Sequence[CheckSpec] = (),
-    resources: Collection[str] = ("storage",),
+    resources: Collection[str] = (),
     stage: str | None = None,
     spec: Callable[[AssetExecutionContext], LanguageSpec] = partition_language,
     partitions_def: PartitionsDefinition | None = language_partitions,
@@ -140,7 +142,8 @@ def stage_asset(
     """The asset ``name``: the stage ``stage`` (its directory, default ``name``) of the language
     ``spec(context)``, computed by ``plan`` and shown by ``report``.
 
-    ``resources`` are the resource keys the plan and report read (:meth:`StageRun.resource`);
+    ``resources`` are the resource keys the plan and report read (:meth:`StageRun.resource`)
+    besides ``storage``, which every stage has;
     ``loggers`` the Python loggers whose lines go to the run's log while the stage computes;
     ``around`` a context the materialization runs in, past reading the run config (one that
     turns some errors into others); ``asset_options`` go to ``@asset`` as they are (a retry
@@ -155,8 +158,8 @@ def stage_asset(
 
     def _materialize(context: AssetExecutionContext, settings: Any) -> MaterializeResult:
         language = spec(context)
-        stage_dir = Stage(context.resources.storage, language.code, directory)
-        run = StageRun(context, language, settings, stage_dir)
+        stage_of_run = Stage(context.resources.storage, language.code, directory)
+        run = StageRun(context, language, settings, stage_of_run)
         planned = plan(run)
         key = fingerprint(**({"stage": directory, "code": code_version} | dict(planned.key)))
         with ExitStack() as logging_to_dagster:  # the stage's progress lines
