@@ -13,9 +13,9 @@ from dagster import AssetExecutionContext, DataVersion, MaterializeResult, Metad
 import psp_core  # its model (torch) is imported when a step loads one
 from assets.catalog import MODEL_GROUP, OWNERS
 from assets.config import EvaluationConfig, TrainingConfig, op_config, plain_schema
-from assets.evaluation_tables import evaluation_tables
+from assets.evaluation_tables import evaluation_tables, speed_table
 from assets.languages import load_registry
-from assets.metadata import common_metadata, settings_table
+from assets.metadata import common_metadata
 from assets.model_cards import card_facts, refresh_model_card
 from assets.model_versions import model_registry, promoted_model, test_scores_of
 from assets.partitions import language_partitions
@@ -164,5 +164,5 @@ def build_evaluation(
         dev = "_dev" if values["dev"] else ""  # the model-selection track: in no mean
         metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(round(values["pearson"], 2))
     if record["speed"]:
-        metadata["speed"] = settings_table(record["speed"])
+        metadata["speed"] = speed_table(record["speed"])
     return MaterializeResult(metadata=metadata, data_version=DataVersion(manifest.fingerprint))
