@@ -35,7 +35,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--lr", type=float, default=0.001)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--mining-pairs", type=int, default=12_800, help="pairs of a mega-batch and of the probe"
+    )
+    train_profile.add_quick_arguments(parser)
+    args = train_profile.quick_settings(parser.parse_args(argv))
+    if args.quick:
+        args.epochs = 1
+    return args
 
 
 def main(argv=None) -> None:
@@ -47,16 +54,13 @@ def main(argv=None) -> None:
 
     from psp_core.training.data import EpochStream
     from psp_core.training.negative_mining import equal_hash_positions, mine_hard_negatives
-    from psp_core.training.steps import _hashes, encode, train_megabatch
+    from psp_core.training.steps import encode, train_megabatch
 
     data, model, optimizer, settings = train_profile.setup(args)
     for group in optimizer.param_groups:
         group["lr"] = args.lr
-    probe = EpochStream(data, seed=99, epoch=0, block_size=100_000).take(12_800)
-    source_hash, target_hash = (
-        _hashes(probe.source, settings.device),
-        _hashes(probe.target, settings.device),
-    )
+    probe = EpochStream(data, seed=99, epoch=0, block_size=100_000).take(args.mining_pairs)
+    source_hash, target_hash = train_profile.hash_tensors(probe, settings.device)
     sh, th = source_hash.numpy(), target_hash.numpy()
     row_excluded = equal_hash_positions([sh, th], th)
     col_excluded = equal_hash_positions([th, sh], sh)
@@ -90,7 +94,7 @@ def main(argv=None) -> None:
     for epoch in range(args.epochs):
         started = time.perf_counter()
         stream = EpochStream(data, seed=args.seed, epoch=epoch, block_size=100_000)
-        while len(mega := stream.take(12_800)) > 0:
+        while len(mega := stream.take(args.mining_pairs)) > 0:
             step += len(train_megabatch(model, optimizer, mega, settings, first_step=step))
         record = {
             "epoch": epoch + 1,

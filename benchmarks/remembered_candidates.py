@@ -58,8 +58,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seeds", default="1", help="comma-separated; round r uses seed r mod n")
     parser.add_argument("--evaluate", action="store_true", help="score each model")
+    _common.add_quick_argument(
+        parser,
+        "the quick sentencepiece model and bitext slice, dim 32, batch 32, 1 epoch, 1 round, "
+        "k 4, 1 thread",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.vocab_size, args.dim, args.batch_size = _common.QUICK_VOCAB_SIZE, _common.QUICK_DIM, 32
+        args.pairs, args.epochs, args.rounds, args.k = _common.QUICK_PAIRS, 1, 1, 4
+        args.threads = 1
     args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     unknown = sorted(set(args.settings) - set(SETTINGS))
     if unknown:
@@ -141,9 +150,20 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    spm_file, spm_info = _common.spm_model(args.data_dir, args.results_dir, vocab_size=50_000)
+    quick_pairs = _common.QUICK_PAIRS if args.quick else None
+    spm_file, spm_info = _common.spm_model(
+        args.data_dir, args.results_dir, vocab_size=args.vocab_size, max_pairs=quick_pairs
+    )
     data_file, data_info = train_speed.training_file(
-        args.data_dir, args.results_dir, spm_file, spm_info, args.pairs, 0, args.threads, {}
+        args.data_dir,
+        args.results_dir,
+        spm_file,
+        spm_info,
+        args.pairs,
+        0,
+        args.threads,
+        {},
+        bitext_pairs=quick_pairs,
     )
     load_at_start = _common.loadavg()
     rounds = []

@@ -35,8 +35,8 @@ import torch.nn.functional as F
 
 from psp_core.training.negative_mining import (
     NEGATIVE_SOURCES,
+    Exclusions,
     Negatives,
-    _Exclusions,
     equal_hash_positions,
     hiding_exclusions,
 )
@@ -130,10 +130,10 @@ def top_candidates(
         # one product serves both sides: its rows for the sources, its columns for the targets
         rows = _RunningTop(n, k, device)
         cols = _RunningTop(len(target), k, device)
-        row_ex = _Exclusions(
+        row_ex = Exclusions(
             *equal_hash_positions(list(for_source.keys), for_source.pool_hash), device
         )
-        col_ex = _Exclusions(
+        col_ex = Exclusions(
             *equal_hash_positions(list(for_target.keys), for_target.pool_hash), device
         )
         pool_t = for_source.pool.t()
@@ -145,7 +145,7 @@ def top_candidates(
     results = []
     for side in (for_source, for_target):
         top = _RunningTop(len(side.anchors), k, device)
-        exclusions = _Exclusions(*equal_hash_positions(list(side.keys), side.pool_hash), device)
+        exclusions = Exclusions(*equal_hash_positions(list(side.keys), side.pool_hash), device)
         pool_t = side.pool.t()
         for start in range(0, len(side.anchors), chunk_rows):
             _scan_top(side.anchors[start : start + chunk_rows] @ pool_t, start, 0, exclusions, top)
