@@ -141,3 +141,16 @@ def test_schedule_requests_every_language_once_per_tick() -> None:
     assert len({r.run_key for r in requests}) == len(requests)
     assert all(r.run_key.endswith("2024-05-06T03:00") for r in requests)
     assert weekly_retrain_schedule.cron_schedule == "0 3 * * 1"
+
+
+def test_a_newer_release_that_spells_the_code_differently_is_news(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    """OpenSubtitles v2024 names Simplified Chinese zh_CN where the registry (pinned to v2018)
+    says zh_cn; the API marks only v2024 latest."""
+    publish(opus_server, "OpenSubtitles", "v2018", "zh_cn")
+    publish(opus_server, "OpenSubtitles", "v2024", "zh_CN")
+    result = tick(opus_server, tmp_path, None)
+    assert [r.partition_key for r in result.run_requests] == ["zh"]
+    overrides = result.run_requests[0].run_config["ops"]["raw_pairs"]["config"]["opus_versions"]
+    assert overrides == {"OpenSubtitles": "v2024"}
