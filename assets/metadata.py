@@ -24,7 +24,8 @@ STAGE_FUNNEL_COLUMNS = TableSchema(
 
 
 def funnel_table(report: Mapping[str, Any]) -> MetadataValue:
-    """One stage's ``StageReport.as_dict()`` as a table: in, each drop reason, out."""
+    """One stage's ``StageReport.as_dict()`` as a table: in, each drop reason, out, and the
+    pairs out that carry a note (``of out: unscored``)."""
     n_in = int(report["n_in"])
     rows = [TableRecord({"pairs": "in", "count": n_in, "share_of_input": "100%"})]
     for reason, count in sorted(report.get("dropped", {}).items(), key=lambda kv: -kv[1]):
@@ -34,6 +35,9 @@ def funnel_table(report: Mapping[str, Any]) -> MetadataValue:
     rows.append(
         TableRecord({"pairs": "out", "count": n_out, "share_of_input": _percent(n_out, n_in)})
     )
+    for remark, count in sorted(report.get("notes", {}).items()):
+        row = {"pairs": f"of out: {remark}", "count": int(count)}
+        rows.append(TableRecord(row | {"share_of_input": _percent(count, n_in)}))
     return MetadataValue.table(rows, schema=STAGE_FUNNEL_COLUMNS)
 
 
@@ -46,6 +50,8 @@ def report_metadata(manifest: Manifest, report: Mapping[str, Any], output: str) 
         "funnel": funnel_table(report),
         "seconds": MetadataValue.float(round(float(report.get("seconds", 0.0)), 1)),
     }
+    for remark, count in sorted(report.get("notes", {}).items()):  # e.g. pairs_unscored
+        metadata[f"pairs_{remark}"] = MetadataValue.int(int(count))
     metadata.update(common_metadata(manifest, output))
     return metadata
 
