@@ -94,9 +94,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 
+# every benchmark script in turn at its full settings (benchmarks/README.md says what each
+# costs), each writing its JSON to benchmarks/results/NAME.json; one that fails does not stop
+# the others (the target fails at the end), one without its data or GPU writes {"skipped": ...}.
+# BENCH_ARGS goes to every script (BENCH_ARGS=--quick: the smoke runs of tests/test_benchmarks.py).
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(PY) benchmarks/embed_speed.py
-	$(PY) benchmarks/train_speed.py
+	mkdir -p benchmarks/results
+	@failed=""; for script in benchmarks/[!_]*.py; do \
+		name=$$(basename $$script .py); echo "benchmarks/$$name.py $(BENCH_ARGS)"; \
+		$(PY) $$script $(BENCH_ARGS) > benchmarks/results/$$name.json || failed="$$failed $$name"; \
+	done; if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .dagster_home test-artifacts

@@ -254,3 +254,31 @@ _COMPARISON = TableSchema(
         TableColumn("better_by", "float", description="positive: the multilingual model is better"),
     ]
 )
+
+
+#: the speed record's fields, in the order shown: (field, what it is, unit)
+SPEED_ROWS = (
+    ("with_tokenization", "embed, tokenization included", "sentences/s"),
+    ("without_tokenization", "embed pre-tokenized ids", "sentences/s"),
+    ("sentences", "sentences embedded", "sentences"),
+    ("batch_size", "batch size", "sentences"),
+    ("torch_threads", "torch threads", "threads"),
+    ("repeats", "repeats (the best is shown)", "runs"),
+)
+
+
+def speed_table(speed: dict) -> MetadataValue:
+    """The speed measurement with its units (best of the repeats, on this machine)."""
+    rows = [
+        TableRecord({"measure": label, "value": float(speed[key]), "unit": unit})
+        for key, label, unit in SPEED_ROWS
+        if speed.get(key) is not None
+    ]
+    schema = TableSchema(
+        columns=[
+            TableColumn("measure", "string"),
+            TableColumn("value", "float"),
+            TableColumn("unit", "string"),
+        ]
+    )
+    return MetadataValue.table(rows, schema=schema)

@@ -25,7 +25,8 @@ STAGE_FUNNEL_COLUMNS = TableSchema(
 
 
 def funnel_table(report: PairCounts) -> MetadataValue:
-    """One stage's counts as a table: in, each drop reason, out."""
+    """One stage's counts as a table: in, each drop reason, out, and the pairs out that carry a
+    note (``of out: unscored``)."""
     n_in = int(report.n_in)
     rows = [TableRecord({"pairs": "in", "count": n_in, "share_of_input": "100%"})]
     for reason, count in sorted(report.dropped.items(), key=lambda kv: -kv[1]):
@@ -35,6 +36,9 @@ def funnel_table(report: PairCounts) -> MetadataValue:
     rows.append(
         TableRecord({"pairs": "out", "count": n_out, "share_of_input": _percent(n_out, n_in)})
     )
+    for remark, count in sorted(report.notes.items()):
+        row = {"pairs": f"of out: {remark}", "count": int(count)}
+        rows.append(TableRecord(row | {"share_of_input": _percent(count, n_in)}))
     return MetadataValue.table(rows, schema=STAGE_FUNNEL_COLUMNS)
 
 
@@ -47,6 +51,8 @@ def report_metadata(manifest: Manifest, report: PairCounts, output: str) -> dict
         "funnel": funnel_table(report),
         "seconds": MetadataValue.float(round(float(report.seconds), 1)),
     }
+    for remark, count in sorted(report.notes.items()):  # e.g. pairs_unscored
+        metadata[f"pairs_{remark}"] = MetadataValue.int(int(count))
     metadata.update(common_metadata(manifest, output))
     return metadata
 

@@ -13,8 +13,8 @@ from dagster import MetadataValue
 import psp_core  # its model (torch) is imported when a step loads one
 from assets.catalog import MODEL_GROUP
 from assets.config import EvaluationConfig, TrainingConfig
-from assets.evaluation_tables import evaluation_tables
-from assets.metadata import common_metadata, settings_table
+from assets.evaluation_tables import evaluation_tables, speed_table
+from assets.metadata import common_metadata
 from assets.model_cards import card_facts, refresh_model_card
 from assets.model_versions import model_registry, promoted_model, test_scores_of
 from assets.records import EvaluationRecord, ModelRecord, read_record
@@ -151,7 +151,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
         dev = "_dev" if values["dev"] else ""  # the model-selection track: in no mean
         metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(round(values["pearson"], 2))
     if record.speed:
-        metadata["speed"] = settings_table(record.speed)
+        metadata["speed"] = speed_table(record.speed)
     return Report(metadata)
 
 

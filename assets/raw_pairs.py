@@ -92,7 +92,9 @@ def directory_signature(directory: str | Path) -> str:
 
 
 def resolved_corpora(spec: LanguageSpec, config: RawPairsConfig, opus: OpusResource) -> list:
-    """The language's corpora with run-config version overrides and ``latest`` resolved."""
+    """The language's corpora with run-config version overrides and ``latest`` resolved to the
+    newest release and the code that release spells the language with (a pinned release's code
+    is found when its zip is fetched; both are in the stage's record)."""
     unknown = set(config.opus_versions) - {c.name for c in spec.corpora}
     if unknown:
         raise ValueError(
@@ -102,9 +104,11 @@ def resolved_corpora(spec: LanguageSpec, config: RawPairsConfig, opus: OpusResou
     corpora = []
     for corpus in spec.corpora:
         version = config.opus_versions.get(corpus.name, corpus.version)
-        if version == "latest":
-            version = opus.newest_version(corpus, spec.code) or "latest"
-        corpora.append(dataclasses.replace(corpus, version=version))
+        release = opus.newest_release(corpus, spec.code) if version == "latest" else None
+        if release:
+            corpora.append(corpus.with_release(spec.code, *release))
+        else:
+            corpora.append(dataclasses.replace(corpus, version=version))
     return corpora
 
 
@@ -126,12 +130,14 @@ def plan(run: StageRun) -> Plan:
     inbox (a file added there makes a new fingerprint)."""
     spec, stage, storage = run.spec, run.stage, run.storage
     opus, paranmt = run.resource("opus"), run.resource("paranmt")
+    # first, before any request or file: a ParaNMT language without a usable file stops here
+    paranmt_source = paranmt.source() if spec.source == "paranmt" else None
     corpora = resolved_corpora(spec, run.config, opus) if spec.source == "opus" else []
     inbox = storage.inbox_dir(spec.code)
     sources = {
         **spec.describe_sources(),
         "corpora": [dataclasses.asdict(c) | {"codes": dict(c.codes or {})} for c in corpora],
-        "paranmt": paranmt.source() if spec.source == "paranmt" else None,
+        "paranmt": paranmt_source,
         "local_dir_signature": directory_signature(spec.local_dir) if spec.local_dir else None,
         "inbox_signature": storage.inbox_signature(spec.code),
     }
@@ -141,7 +147,7 @@ def plan(run: StageRun) -> Plan:
         if spec.source == "opus":
             fetched = opus.fetch_bitext(spec.code, corpora, storage.cache_dir(), output)
         elif spec.source == "paranmt":
-            fetched = paranmt.fetch(storage.cache_dir(), output)
+            fetched = paranmt.fetch(storage.cache_dir(), output, paranmt_source)
         else:
             fetched = import_local_bitext(spec.local_dir, lang=spec.code, output=output)
         parts = [(output, fetched)]
@@ -160,7 +166,8 @@ def plan(run: StageRun) -> Plan:
         record = {
             "n_in": sum(r["n_in"] for r in reports),
             "n_out": sum(r["n_out"] for r in reports),
-            "dropped": _sum_drops(reports),
+            "dropped": _sum_counts(reports, "dropped"),
+            "notes": _sum_counts(reports, "notes"),
             "seconds": sum(r["seconds"] for r in reports),
             "parts": reports,
             "sources": sources,
@@ -211,10 +218,11 @@ raw_pairs = stage_asset(
 )
 
 
-def _sum_drops(reports: list[dict]) -> dict[str, int]:
+def _sum_counts(reports: list[dict], key: str) -> dict[str, int]:
+    """The reports' ``dropped`` (or ``notes``) counts added up, by reason."""
     total: dict[str, int] = {}
     for report in reports:
-        for reason, count in report["dropped"].items():
+        for reason, count in report.get(key, {}).items():
             total[reason] = total.get(reason, 0) + count
     return total
 
@@ -254,6 +262,9 @@ def sources_table(sources: dict) -> MetadataValue:
 PER_SOURCE_COLUMNS = TableSchema(
     columns=[
         TableColumn("source", "string", description="corpus, local file or inbox file"),
+        TableColumn(
+            "release", "string", description="OPUS: the release read and its language pair"
+        ),
         TableColumn("lines_read", "int"),
         TableColumn("pairs_kept", "int"),
         TableColumn("dropped", "string", description="reason: pairs"),
@@ -262,12 +273,16 @@ PER_SOURCE_COLUMNS = TableSchema(
 
 
 def per_source_table(parts: list[dict]) -> MetadataValue:
-    """One row per source (each OPUS corpus, each local or inbox file): lines read, kept."""
+    """One row per source (each OPUS corpus, each local or inbox file): the OPUS release and
+    code read, lines read, pairs kept."""
     rows = []
     for part in parts:
         named = part.get("corpora") or {part["stage"]: part}
         for name, report in named.items():
             drops = ", ".join(f"{k}: {v:,}" for k, v in report["dropped"].items()) or "-"
-            row = {"source": name, "lines_read": int(report["n_in"])}
+            release = "-"
+            if report.get("opus_code"):
+                release = f"{report['version']} en-{report['opus_code']}"
+            row = {"source": name, "release": release, "lines_read": int(report["n_in"])}
             rows.append(TableRecord(row | {"pairs_kept": int(report["n_out"]), "dropped": drops}))
     return MetadataValue.table(rows, schema=PER_SOURCE_COLUMNS)

@@ -24,20 +24,28 @@ class Record:
     """A stage's record; keys its class does not name are kept, as they were, in ``extra``."""
 
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: the keys the record was read with (:meth:`as_dict` writes those back, no more)
+    read_keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "read_keys"}
         known = {key: value for key, value in data.items() if key in names}
-        return cls(**known, extra={key: value for key, value in data.items() if key not in names})
+        extra = {key: value for key, value in data.items() if key not in names}
+        return cls(**known, extra=extra, read_keys=frozenset(data))
 
     def as_dict(self) -> dict[str, Any]:
-        """The record as ``manifest.json`` holds it: its fields and the kept unknown keys, less
-        the optional fields that are None (a stage writes such a field only when it has one)."""
+        """The record as ``manifest.json`` holds it: a record read from one gives back the keys
+        it was read with; one made here its fields, less the optional ones that are None."""
         named = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name != "extra" and not (f.default is None and getattr(self, f.name) is None)
+            if f.name not in ("extra", "read_keys")
+            and (
+                f.name in self.read_keys
+                if self.read_keys
+                else not (f.default is None and getattr(self, f.name) is None)
+            )
         }
         return named | self.extra
 
@@ -50,12 +58,14 @@ def read_record(manifest: Manifest, kind: type[R]) -> R:
 @dataclass(frozen=True, kw_only=True)
 class PairCounts(Record):
     """What a stage that reads pairs and writes pairs did (ops' ``StageReport``): pairs in, out,
-    dropped per reason, and its time."""
+    dropped per reason, its time, and the pairs out that carry a note (``unscored``: ParaNMT
+    pairs without a score), by note."""
 
     n_in: int
     n_out: int
     dropped: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    notes: dict[str, int] = field(default_factory=dict)
 
     @property
     def pass_rate(self) -> float:

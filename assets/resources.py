@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,22 +21,16 @@ from assets.languages import load_registry
 from assets.null_defaults import NullMeansDefault, null_default
 from assets.profiles import ProfileResource, profile_from_environment
 from ops.langid import LanguageIdentifier
-from ops.opus import OPUS_API, OpusCorpus, OpusError, fetch_opus_bitext
-from ops.paranmt import PARANMT_URL, fetch_paranmt
+from ops.opus import OPUS_API, OpusCorpus, fetch_opus_bitext, newest_opus_release
+from ops.opus import version_key as version_key  # the sensor's release order
+from ops.paranmt import PARANMT_HOWTO, ParaNmtSourceError, fetch_paranmt, paranmt_source
 from ops.stage_report import StageReport
-from psp_core.files.download import retrying_session
+from psp_core.files.download import DownloadError, retrying_session
 
 log = logging.getLogger(__name__)
 
-_VERSION_PART = re.compile(r"(\d+)|(\D+)")
-
-
-def version_key(version: str) -> tuple:
-    """Sort key for OPUS versions: ``v2`` < ``v10``, ``v2017q3`` < ``v2018``."""
-    return tuple(
-        (0, int(number), "") if number else (1, 0, text)
-        for number, text in _VERSION_PART.findall(version)
-    )
+#: How to give ParaNMT to the pipeline (the end of every error about a missing source).
+PARANMT_SETTING = "set PSP_PARANMT_URL to its path, a file:// URL or an http(s) URL"
 
 
 class StorageResource(ConfigurableResource):
@@ -127,58 +120,69 @@ class OpusResource(DownloadResource):
             timeout=self.timeout,
         )
 
-    def newest_version(self, corpus: OpusCorpus, lang: str) -> str | None:
-        """The newest version of ``corpus`` the API lists for en-``lang`` (None: not listed).
+    def newest_release(self, corpus: OpusCorpus, lang: str) -> tuple[str, str] | None:
+        """The newest release of ``corpus`` the API lists for en-``lang`` and the OPUS code it
+        spells ``lang`` with, whatever the configured code's spelling (None: not listed).
 
         Raises:
             OpusError: the API could not be reached or answered something that is not JSON.
         """
-        first, second = sorted(("en", corpus.opus_code(lang)))
-        params = {
-            "source": first,
-            "target": second,
-            "corpus": corpus.name,
-            "version": "latest",
-            "preprocessing": "moses",
-        }
-        try:
-            response = self.session().get(self.api(), params=params, timeout=self.timeout)
-            response.raise_for_status()
-            entries = response.json().get("corpora", [])
-        except (requests.RequestException, ValueError, AttributeError) as err:
-            raise OpusError(f"{corpus.describe(lang)}: OPUS API at {self.api()}: {err}") from err
-        versions = [
-            e["version"]
-            for e in entries
-            if e.get("corpus") == corpus.name
-            and e.get("version")
-            and sorted((e.get("source"), e.get("target"))) == [first, second]
-        ]
-        return max(versions, key=version_key) if versions else None
+        return newest_opus_release(
+            corpus, lang, api_base=self.api(), session=self.session(), timeout=self.timeout
+        )
+
+    def newest_version(self, corpus: OpusCorpus, lang: str) -> str | None:
+        """The version of :meth:`newest_release` (None: not listed)."""
+        release = self.newest_release(corpus, lang)
+        return release[0] if release else None
 
 
 class ParaNmtResource(DownloadResource):
-    """ParaNMT-50M: an http(s) URL of `para-nmt-50m.zip` or a local zip/.txt/.txt.gz path
-    (unset, null: the public download; left unset when no language of the registry reads
-    ParaNMT)."""
+    """ParaNMT: a local `para-nmt-50m.zip` / `.txt` / `.txt.gz` (three columns, or the
+    two-column filtered file), as a path or a `file://` URL, or an http(s) URL to download.
+    There is no default: the original download address is dead, and a run of a ParaNMT
+    language without a source stops before any work, saying how to get the file."""
 
     url: str | None = Field(
-        default=None, description=f"ParaNMT's zip, URL or path (null: {PARANMT_URL})."
+        default=None,
+        description="ParaNMT's file: a local path, a file:// URL or an http(s) URL (null: none; "
+        "the en partition then stops at once; docs/corpus.md says where to get it).",
     )
 
     def source(self) -> str:
-        return self.url or PARANMT_URL
+        """The ParaNMT source to read: an http(s) URL, or a local file's path.
+
+        Raises:
+            ParaNmtSourceError: unset, the dead address, or a missing file; the message is one
+                line saying how to get the file and set it.
+        """
+        try:
+            return str(paranmt_source(self.url))
+        except ParaNmtSourceError as err:
+            raise ParaNmtSourceError(f"{err}; {PARANMT_HOWTO}, then {PARANMT_SETTING}") from None
 
     def fetch(self, cache_dir: Path, output: Path, source: str | Path | None = None) -> StageReport:
-        """Write ParaNMT pairs (with scores) from ``source`` (default: :meth:`source`)."""
-        return fetch_paranmt(
-            source or self.source(),
-            cache_dir,
-            output,
-            retries=self.retries,
-            backoff=self.backoff,
-            timeout=self.timeout,
-        )
+        """Write ParaNMT pairs (with scores, null where the file has none) from ``source``
+        (default: :meth:`source`).
+
+        Raises:
+            DownloadError: as :func:`ops.paranmt.fetch_paranmt`; one that a retry cannot fix
+                (a 404) says how to give the file instead.
+        """
+        try:
+            return fetch_paranmt(
+                source or self.source(),
+                cache_dir,
+                output,
+                retries=self.retries,
+                backoff=self.backoff,
+                timeout=self.timeout,
+            )
+        except DownloadError as err:
+            if err.transient:
+                raise
+            hint = f"{err}; {PARANMT_HOWTO}, then {PARANMT_SETTING}"
+            raise DownloadError(hint, transient=False) from err
 
 
 class LanguageIdResource(ConfigurableResource):
@@ -241,15 +245,20 @@ def default_resources(storage_root: str | None = None) -> dict[str, Configurable
     device = os.environ.get("PSP_DEVICE")
     # the public URLs only where the registry downloads from them (offline: none shown)
     sources = {spec.source for spec in load_registry().languages.values()}
+    if "paranmt" in sources and not os.environ.get("PSP_PARANMT_URL"):
+        log.warning(
+            "PSP_PARANMT_URL is not set, so the registry's ParaNMT languages stop at raw_pairs; "
+            "%s, then %s",
+            PARANMT_HOWTO,
+            PARANMT_SETTING,
+        )
     return {
         "storage": StorageResource(root=storage_root or env("PSP_STORAGE_ROOT", "psp_data")),
         "opus": OpusResource(
             api_base=env("PSP_OPUS_API", OPUS_API if "opus" in sources else None),
             download_base=env("PSP_OPUS_DOWNLOAD_BASE", None),
         ),
-        "paranmt": ParaNmtResource(
-            url=env("PSP_PARANMT_URL", PARANMT_URL if "paranmt" in sources else None)
-        ),
+        "paranmt": ParaNmtResource(url=env("PSP_PARANMT_URL", None)),
         "langid": LanguageIdResource(model_path=env("PSP_LID_MODEL", None)),
         # given only when set: a null_default given, even as null, is shown filled in
         "compute": ComputeResource(**({"device": EnvVar("PSP_DEVICE")} if device else {})),

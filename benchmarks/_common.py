@@ -38,11 +38,27 @@ def setup_logging(verbose: bool = False) -> None:
 
 def add_model_arguments(parser, *, batch_size: int) -> None:
     """The data, cache and model-size flags every benchmark takes."""
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS_DIR)
+    add_data_arguments(parser)
     parser.add_argument("--vocab-size", type=int, default=50_000)
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=batch_size)
+
+
+def add_data_arguments(parser) -> None:
+    """``--data-dir`` (the shared data) and ``--results-dir`` (caches and work files)."""
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=DEFAULT_RESULTS_DIR,
+        help="caches and work files (default benchmarks/results/, gitignored)",
+    )
+
+
+def add_quick_argument(parser, what: str) -> None:
+    """``--quick``: the script's code path on tiny settings (``what``), a smoke run whose
+    figures mean nothing; tests/test_benchmarks.py runs every script this way."""
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {what}")
 
 
 def emit(result: dict) -> None:
@@ -65,11 +81,12 @@ def require_data(data_dir: Path, *parts: str) -> Path | None:
     return path
 
 
-def dev_suite_for(root: Path, code: str):
+def dev_suite_for(root: Path, code: str, eval_dir: Path = DEFAULT_DATA_DIR / "eval"):
     """The dev suite (psp_core/evaluation/dev_suite.py) of ``code``'s model, ``multi`` for the
-    multilingual model's languages, with the held-back pairs the pipeline prepared under the
-    storage root ``root``, and ``code``'s spec in the shared-data registry (its pretokenizer:
-    the training file was encoded with it, so a model trained on it must tokenize the same)."""
+    multilingual model's languages, on the dev sets under ``eval_dir`` and the held-back pairs
+    the pipeline prepared under the storage root ``root``, and ``code``'s spec in the
+    shared-data registry (its pretokenizer: the training file was encoded with it, so a model
+    trained on it must tokenize the same)."""
     from assets.languages import load_registry
     from psp_core.evaluation.dev_suite import DevSuite
 
@@ -79,7 +96,7 @@ def dev_suite_for(root: Path, code: str):
         lang: root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
     }
     spec = registry.multi if code == "multi" else registry[code]
-    return DevSuite(DEFAULT_DATA_DIR / "eval", held_back), spec
+    return DevSuite(eval_dir, held_back), spec
 
 
 def machine_info() -> dict:
@@ -276,6 +293,124 @@ def spm_model(
     info["vocab_size"] = processor.GetPieceSize()
     info["sha256"] = hashlib.sha256(proto).hexdigest()
     return path, info
+
+
+# --------------------------------------------------------------------------------------------
+# --quick: tiny settings shared by the scripts
+
+#: the sentencepiece model of a quick run: QUICK_VOCAB_SIZE pieces (``hard_vocab_limit`` off:
+#: fewer when the text has fewer) on the first QUICK_PAIRS pairs of the bitext
+QUICK_VOCAB_SIZE = 1000
+QUICK_PAIRS = 2000
+QUICK_DIM = 32
+#: training settings of a quick model (the smoke profile's, assets/profiles.py)
+QUICK_TRAINING = {
+    "dim": QUICK_DIM,
+    "epochs": 1,
+    "batch_size": 32,
+    "max_megabatch": 4,
+    "anneal_every": 0,
+    "lr": 0.01,
+    "log_every": 0,
+    "checkpoint_every": 0,
+}
+
+
+def quick_spm_model(data_dir: Path, results_dir: Path, lang: str = "de") -> tuple[Path, dict]:
+    """:func:`spm_model` at the quick settings."""
+    return spm_model(
+        data_dir, results_dir, vocab_size=QUICK_VOCAB_SIZE, lang=lang, max_pairs=QUICK_PAIRS
+    )
+
+
+def quick_eval_dir(data_dir: Path, results_dir: Path, lines: int = 100) -> Path:
+    """A copy of ``data_dir/eval`` with the first ``lines`` lines of every file (STS pairs,
+    Tatoeba's line-aligned sides stay aligned): the evaluations of a quick run read it. Made
+    once per results directory."""
+    target = results_dir / f"quick-eval-{lines}"
+    if target.is_dir():
+        return target
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    source = data_dir / "eval"
+    for path in sorted(source.rglob("*")):
+        if path.is_file():
+            copy = tmp / path.relative_to(source)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, encoding="utf-8") as handle:
+                head = [line for _, line in zip(range(lines), handle, strict=False)]
+            copy.write_text("".join(head), encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def eval_dir_for(args) -> Path:
+    """The evaluation sets a script scores on: ``--data-dir``'s, or their first lines
+    (:func:`quick_eval_dir`) with ``--quick``."""
+    if args.quick:
+        return quick_eval_dir(args.data_dir, args.results_dir)
+    return args.data_dir / "eval"
+
+
+def quick_registry(
+    data_dir: Path, results_dir: Path, langs: tuple[str, ...], pairs: int = QUICK_PAIRS
+) -> Path:
+    """The offline registry (configs/languages-shared-data.toml) reading, for each of ``langs``,
+    a copy of the first ``pairs`` pairs of its shared bitext, made under ``results_dir``: the
+    pipeline's stages on a slice of the real data. The other languages read the shared data."""
+    text = (REPO_ROOT / "configs" / "languages-shared-data.toml").read_text(encoding="utf-8")
+    folder = results_dir / f"quick-bitext-{pairs}"
+    for lang in langs:
+        english, other = read_bitext(data_dir, lang, pairs)
+        target = folder / f"en-{lang}"
+        target.mkdir(parents=True, exist_ok=True)
+        for code, lines in (("en", english), (lang, other)):
+            with gzip.open(target / f"combined.{code}.gz", "wt", encoding="utf-8") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+        shared = f'"../shared/data/bitext/en-{lang}"'
+        if shared not in text:
+            raise SystemExit(f"the offline registry has no {shared} to replace")
+        text = text.replace(shared, f'"{target}"')
+    text = text.replace('"../shared/data/', f'"{data_dir.resolve()}/')
+    path = folder / "languages.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def quick_root(data_dir: Path, results_dir: Path, lang: str = "de") -> Path:
+    """A storage root laid out as the pipeline's for ``lang`` (what the scripts that read a
+    ``make run`` output need), built from the first pairs of the bitext: the quick
+    sentencepiece model, ``training_data/train.h5`` (QUICK_PAIRS pairs), a model trained on it
+    for one epoch at QUICK_TRAINING (``psp_model/model``) and the next 200 pairs as held-back
+    dev pairs (``deduplicated_pairs/dev_pairs.parquet``). Made once per results directory."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ops.packing import pack_pairs
+    from psp_core import Tokenizer, TrainConfig, train
+
+    root = results_dir / f"quick-root-{lang}"
+    folder = root / lang
+    model_dir = folder / "psp_model" / "model"
+    if model_dir.is_dir():
+        return root
+    spm_path, _ = quick_spm_model(data_dir, results_dir, lang)
+    english, other = read_bitext(data_dir, lang, QUICK_PAIRS + 200)
+    pairs = [p for p in zip(english, other, strict=True) if p[0].strip() and p[1].strip()]
+    spm_copy = folder / "sentencepiece_model" / "sentencepiece.model"
+    data = folder / "training_data" / "train.h5"
+    held_back = folder / "deduplicated_pairs" / "dev_pairs.parquet"
+    for path in (spm_copy, data, held_back):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(spm_path, spm_copy)
+    pack_pairs(pairs[:QUICK_PAIRS], Tokenizer.from_file(spm_copy), data, lang=lang)
+    dev = pairs[QUICK_PAIRS:]
+    pq.write_table(pa.table({"src": [p[0] for p in dev], "tgt": [p[1] for p in dev]}), held_back)
+    work = folder / "psp_model" / f"tmp-{os.getpid()}"
+    train(data, spm_copy, work, TrainConfig(**QUICK_TRAINING), resume=False)
+    os.replace(work, model_dir)
+    return root
 
 
 def status_kb(field: str) -> int | None:

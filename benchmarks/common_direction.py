@@ -67,21 +67,26 @@ def main() -> int:
     parser.add_argument(
         "--weights", default="0.01,0.001", help="values of a for the rows scaled by a/(a+p)"
     )
+    parser.add_argument("--rows", type=int, default=2000, help="pairs per span sampled")
+    _common.add_data_arguments(parser)
+    _common.add_quick_argument(
+        parser,
+        "a quick de model and training file built from the bitext (--root and --code unused), "
+        "the first 100 lines of the dev sets, 1 direction removed, 1 weight",
+    )
     args = parser.parse_args()
+    if args.quick:
+        if _common.require_data(args.data_dir, "bitext", "en-de") is None:
+            return 0
+        args.root, args.code = _common.quick_root(args.data_dir, args.results_dir), "de"
+        args.removed, args.weights, args.rows = "1", "0.01", 100
     model_dir = args.model or args.root / args.code / "psp_model" / "model"
     data = args.root / args.code / "training_data" / "train.h5"
-    if (
-        not (_common.DEFAULT_DATA_DIR / "eval").is_dir()
-        or not data.is_file()
-        or not model_dir.is_dir()
-    ):
-        print(
-            json.dumps(
-                {"skipped": f"{_common.DEFAULT_DATA_DIR / 'eval'}, {data} or {model_dir} is absent"}
-            )
-        )
+    eval_dir = _common.eval_dir_for(args)
+    if not eval_dir.is_dir() or not data.is_file() or not model_dir.is_dir():
+        print(json.dumps({"skipped": f"{eval_dir}, {data} or {model_dir} is absent"}))
         return 0
-    suite, _ = _common.dev_suite_for(args.root, args.code)
+    suite, _ = _common.dev_suite_for(args.root, args.code, eval_dir)
     model = load_model(model_dir)
     table = model.weight.numpy().copy()
     rows = []
@@ -106,7 +111,7 @@ def main() -> int:
 
     score("unchanged", table)
     counts = [0] + [int(x) for x in args.removed.split(",")]
-    remove("every group's sentences", sample_vectors(model, data, 2000), counts)
+    remove("every group's sentences", sample_vectors(model, data, args.rows), counts)
     if args.code == "multi":  # the first group of the multilingual file: English paraphrases
         remove("English sentences", sample_vectors(model, data, 10_000, group=0), [1])
     frequency = piece_frequencies(data, len(table))

@@ -24,8 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="32,64,128,256,512,1024")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=0, help="STS sentences used; 0: all")
+    _common.add_quick_argument(
+        parser, "the quick sentencepiece model, dim 64, sizes 32 and 256, 1,000 sentences, once"
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.vocab_size, args.dim, args.sizes = _common.QUICK_VOCAB_SIZE, 64, "32,256"
+        args.rounds, args.repeats, args.sentences = 1, 1, 1000
     _common.setup_logging(args.verbose)
     for parts in (("eval", "sts"), ("eval", "sts17"), ("bitext", "en-de")):
         if _common.require_data(args.data_dir, *parts) is None:
@@ -36,7 +43,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     sentences, _ = _common.read_sts_sentences(args.data_dir)
-    spm_path, spm_info = _common.spm_model(args.data_dir, args.results_dir, vocab_size=50_000)
+    sentences = sentences[: args.sentences or None]
+    spm_path, spm_info = _common.spm_model(
+        args.data_dir,
+        args.results_dir,
+        vocab_size=args.vocab_size,
+        max_pairs=_common.QUICK_PAIRS if args.quick else None,
+    )
     tokenizer = Tokenizer(spm_path.read_bytes(), num_threads=1, word_cache_size=500_000)
     vocab = tokenizer.vocab_size
     table = np.random.default_rng(0).standard_normal((vocab, args.dim), dtype=np.float32)

@@ -113,8 +113,10 @@ def embed_argv(bundle: Path, source: Path, output: Path, extra: list[str]) -> li
 def first_pass(args, corpus: Path, bundle: Path, work: Path) -> dict:
     inputs = write_inputs(corpus, sum(1 for _ in open(corpus, "rb")), args.results_dir, "distinct")
     count = sum(1 for _ in open(inputs[".txt"], "rb"))
-    paths = {**FORMATS, **FIRST_PASS_EXTRA}
-    rates: dict[str, list[float]] = {name: [] for name in [*paths, "library"]}
+    chosen = args.first_pass_paths.split(",")
+    paths = {k: v for k, v in {**FORMATS, **FIRST_PASS_EXTRA}.items() if k in chosen}
+    library = ["library"] if "library" in chosen else []
+    rates: dict[str, list[float]] = {name: [] for name in [*paths, *library]}
     after_loading: dict[str, list[float]] = {name: [] for name in paths}
     plan = list(rates)
     for index in range(args.rounds):
@@ -187,19 +189,30 @@ def memory(args, corpus: Path, bundle: Path, work: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lines", type=int, default=10_000_000)
     parser.add_argument("--parts", default="first_pass,memory")
     parser.add_argument("--keep-inputs", action="store_true", help="keep the --lines inputs")
     parser.add_argument("--formats", default=",".join(FORMATS), help="of the memory part")
+    parser.add_argument(
+        "--first-pass-paths",
+        default=",".join([*FORMATS, *FIRST_PASS_EXTRA, "library"]),
+        help="of the first-pass part",
+    )
+    _common.add_quick_argument(
+        parser,
+        "embed_corpus.py's quick corpus and bundle, one round of Parquet to Parquet, memory "
+        "on 200 and 2,000 lines of text to .npy",
+    )
     args = parser.parse_args(argv)
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
         return
-    corpus = embed_corpus.build_corpus(args.data_dir, args.results_dir)
-    bundle = embed_corpus.build_bundle(args.data_dir, args.results_dir, 20_000, 1024)
+    if args.quick:
+        args.rounds, args.lines = 1, 2000
+        args.first_pass_paths, args.formats = "parquet_to_parquet", "text_to_npy"
+    corpus, bundle = embed_corpus.corpus_and_bundle(args, 20_000, 1024)
     work = args.results_dir / "embed-cli-work"
     work.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": "embed_cli", "model": str(bundle), "machine": _common.machine_info()}

@@ -57,10 +57,15 @@ GOAL_FIRST_PASS = 60_000
 GOAL_VS_MODEL2VEC = 5.0
 GOAL_ALL_CORES = 1.7
 BATCH_SIZE = 256
+#: --quick: the corpus of the first pairs of each language
+QUICK_CORPUS_PAIRS = 300
 
 
-def build_corpus(data_dir: Path, results_dir: Path) -> Path:
-    path = results_dir / "corpus-distinct-en-de.txt"
+def build_corpus(data_dir: Path, results_dir: Path, limit: int | None = None) -> Path:
+    """The distinct corpus (see the module docstring), from the first ``limit`` pairs of each
+    language when given; made once per results directory."""
+    tag = f"-first{limit}" if limit else ""
+    path = results_dir / f"corpus-distinct-en-de{tag}.txt"
     if path.is_file():
         return path
     seen: set[str] = set()
@@ -74,7 +79,7 @@ def build_corpus(data_dir: Path, results_dir: Path) -> Path:
                 sentences.append(line)
 
     for lang in LANGS:
-        english, other = _common.read_bitext(data_dir, lang)
+        english, other = _common.read_bitext(data_dir, lang, limit)
         take(english)
         if lang == "de":
             take(other)
@@ -86,7 +91,11 @@ def build_corpus(data_dir: Path, results_dir: Path) -> Path:
     return path
 
 
-def build_bundle(data_dir: Path, results_dir: Path, vocab_size: int, dim: int) -> Path:
+def build_bundle(
+    data_dir: Path, results_dir: Path, vocab_size: int, dim: int, max_pairs: int | None = None
+) -> Path:
+    """A bundle of a sentencepiece model of ``vocab_size`` pieces (on the first ``max_pairs``
+    en-de pairs when given) and a random table of ``dim``; made once per results directory."""
     import hashlib
 
     import numpy as np
@@ -94,10 +103,13 @@ def build_bundle(data_dir: Path, results_dir: Path, vocab_size: int, dim: int) -
 
     from psp_core.models.bundle import BundleConfig, is_bundle_directory, save_bundle
 
-    path = results_dir / f"bundle-en-de-v{vocab_size}-d{dim}"
+    tag = f"-first{max_pairs}" if max_pairs else ""
+    path = results_dir / f"bundle-en-de-v{vocab_size}-d{dim}{tag}"
     if is_bundle_directory(path):
         return path
-    spm_path, _ = _common.spm_model(data_dir, results_dir, vocab_size=vocab_size)
+    spm_path, _ = _common.spm_model(
+        data_dir, results_dir, vocab_size=vocab_size, max_pairs=max_pairs
+    )
     proto = spm_path.read_bytes()
     size = spm.SentencePieceProcessor(model_proto=proto).GetPieceSize()
     table = np.random.default_rng(0).standard_normal((size, dim), dtype=np.float32)
@@ -107,7 +119,8 @@ def build_bundle(data_dir: Path, results_dir: Path, vocab_size: int, dim: int) -
     return save_bundle(path, table, proto, config)
 
 
-def exports(bundle: Path, results_dir: Path) -> dict[str, Path]:
+def exports(bundle: Path, results_dir: Path, paths: list[str]) -> dict[str, Path]:
+    """The bundle exported for each peer library among ``paths`` that is installed."""
     from psp_core.models.export import export_model, is_export_directory
 
     made = {}
@@ -115,6 +128,8 @@ def exports(bundle: Path, results_dir: Path) -> dict[str, Path]:
         ("model2vec", "model2vec", "model2vec"),
         ("sentence_transformers", "sentence-transformers", "sentence_transformers"),
     ]:
+        if path not in paths:
+            continue
         try:
             __import__(module)
         except ImportError:
@@ -125,6 +140,23 @@ def exports(bundle: Path, results_dir: Path) -> dict[str, Path]:
             export_model(bundle, format, target, overwrite=True)
         made[path] = target
     return made
+
+
+def bundle_for(args: argparse.Namespace, vocab_size: int, dim: int) -> Path:
+    """The bundle measured: ``--model`` when given, else the one built here with ``vocab_size``
+    pieces and ``dim``, or its quick version (the quick sentencepiece model, dim 64)."""
+    if getattr(args, "model", None):
+        return Path(args.model)
+    if args.quick:
+        vocab_size, dim = _common.QUICK_VOCAB_SIZE, 64
+    max_pairs = _common.QUICK_PAIRS if args.quick else None
+    return build_bundle(args.data_dir, args.results_dir, vocab_size, dim, max_pairs)
+
+
+def corpus_and_bundle(args: argparse.Namespace, vocab_size: int, dim: int) -> tuple[Path, Path]:
+    """The corpus (its quick version with ``--quick``) and :func:`bundle_for`."""
+    limit = QUICK_CORPUS_PAIRS if args.quick else None
+    return build_corpus(args.data_dir, args.results_dir, limit), bundle_for(args, vocab_size, dim)
 
 
 # --- one fresh process per measurement ------------------------------------------------------------
@@ -184,6 +216,7 @@ def sts_worker(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)
     sentences, _ = _common.read_sts_sentences(args.data_dir)
+    sentences = sentences[: args.sentences or None]
     model = load_model(args.model)
     seconds = []
     for _ in range(1 + args.sts_repeats):
@@ -204,8 +237,7 @@ def run_worker(argv: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--model", help="a model bundle (default: one built here, see above)")
     parser.add_argument("--vocab-size", type=int, default=20_000)
     parser.add_argument("--dim", type=int, default=1024)
@@ -213,6 +245,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated, see above")
     parser.add_argument("--sts-repeats", type=int, default=7)
     parser.add_argument("--no-all-cores", action="store_true")
+    parser.add_argument(
+        "--sentences", type=int, default=0, help="at most this many of the STS sentences; 0: all"
+    )
+    _common.add_quick_argument(
+        parser,
+        "300 pairs of each language, the quick sentencepiece model, dim 64, one round of the "
+        "default and model2vec paths, 1,000 STS sentences twice",
+    )
     parser.add_argument("--worker", choices=[*PATHS, "sts"], dest="path", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -222,16 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.path:
         _common.emit(sts_worker(args) if args.path == "sts" else worker(args))
         return
+    if args.quick:
+        args.rounds, args.paths, args.no_all_cores = 1, "default,model2vec", True
+        args.sentences, args.sts_repeats = 1000, 1
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
         return
-    corpus = build_corpus(args.data_dir, args.results_dir)
-    bundle = (
-        Path(args.model)
-        if args.model
-        else build_bundle(args.data_dir, args.results_dir, args.vocab_size, args.dim)
-    )
-    peers = exports(bundle, args.results_dir)
+    corpus, bundle = corpus_and_bundle(args, args.vocab_size, args.dim)
+    peers = exports(bundle, args.results_dir, args.paths.split(","))
     cores = len(os.sched_getaffinity(0))
     plan: list[tuple[str, list[str]]] = []
     for path in args.paths.split(","):
@@ -256,6 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         order = plan[round_index % len(plan) :] + plan[: round_index % len(plan)]
         for name, worker_argv in order:
             extra = ["--sts-repeats", str(args.sts_repeats), "--data-dir", str(args.data_dir)]
+            extra += ["--sentences", str(args.sentences)]
             extra += ["--corpus", str(corpus)]
             result = run_worker([*worker_argv, *extra])
             rounds[name].append(result)

@@ -62,17 +62,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run: vocab 8000 (spm on 20k pairs), 3 repeats, 1 naive repeat",
+        "--limit",
+        type=int,
+        default=0,
+        help="at most this many sentences of each input (STS, zh, bitext passes); 0: all",
+    )
+    _common.add_quick_argument(
+        parser, "the quick sentencepiece model, dim 128, 1 thread, 1 repeat, 1,000 sentences"
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
-        args.vocab_size = 8000
-        args.spm_max_pairs = args.spm_max_pairs or 20_000
-        args.repeats = min(args.repeats, 3)
-        args.naive_repeats = 1
+        args.vocab_size = _common.QUICK_VOCAB_SIZE
+        args.spm_max_pairs = args.spm_max_pairs or _common.QUICK_PAIRS
+        args.dim = 128  # above 64: the Matryoshka prefix path runs too
+        args.threads = "1"
+        args.repeats = args.naive_repeats = 1
+        args.profile = "never"
+        args.limit = args.limit or 1000
     args.threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
     return args
 
@@ -314,7 +321,8 @@ def measure(
         comparable = np.array([0 < len(ids) <= 100 for ids in raw])
         agree_reference = np.allclose(reference[comparable], reference_out[comparable], atol=1e-4)
         extra["reference_style_compared_sentences"] = int(comparable.sum())
-        for dim in (512, 256, 128, 64):  # each Matryoshka prefix of the 1024-dim vector
+        # each Matryoshka prefix of the 1024-dim vector (those below --dim)
+        for dim in [d for d in (512, 256, 128, 64) if d < args.dim]:
             model.embed(sentences, batch_size=bs, dim=dim)
             extra[f"with_tokenization_dim_{dim}"], _ = timed(
                 lambda dim=dim: model.embed(sentences, batch_size=bs, dim=dim), args.repeats, n
@@ -340,22 +348,21 @@ def measure(
     }
     log.info("  agreement: %s", agreement)
     same = all(agreement.values())
+    vectors = model.word_vectors
     record = {
         "with_tokenization": with_tok,
         "with_tokenization_without_word_vectors": no_vectors,
         "with_tokenization_without_word_cache": no_cache,
         "word_vectors": {
-            "rows_used": model._word_vectors.used if model._word_vectors else 0,
-            "capacity": model._word_vectors.capacity if model._word_vectors else 0,
-            "mib_used": round(model._word_vectors.used * args.dim * 4 / 2**20, 1)
-            if model._word_vectors
-            else 0,
+            "rows_used": vectors.used if vectors else 0,
+            "capacity": vectors.capacity if vectors else 0,
+            "mib_used": round(vectors.used * args.dim * 4 / 2**20, 1) if vectors else 0,
         },
         "warmup_passes": warmup_passes,
         "first_call_s": {
             "with_word_cache": round(first_call_s, 4),
             "without_word_cache": round(first_call_without_cache_s, 4),
-            "distinct_words_cached": len(tokenizer._words) if tokenizer._words else 0,
+            "distinct_words_cached": len(tokenizer.word_cache) if tokenizer.word_cache else 0,
         },
         **extra,
         "without_tokenization": without_tok,
@@ -378,7 +385,7 @@ def measure_passes(args: argparse.Namespace, proto: bytes) -> dict:
     over each corpus once, does not use the cache."""
     from psp_core import Tokenizer
 
-    english, other = _common.read_bitext(args.data_dir, "de")
+    english, other = _common.read_bitext(args.data_dir, "de", args.limit or None)
     sentences = english + other
 
     def one_pass(tokenizer) -> None:
@@ -408,11 +415,12 @@ def measure_zh(args: argparse.Namespace, table: np.ndarray) -> dict | None:
 
     from psp_core import BundleConfig, PSPModel, Tokenizer
 
-    _, chinese = _common.read_bitext(args.data_dir, "zh", ZH_SENTENCES)
+    _, chinese = _common.read_bitext(args.data_dir, "zh", args.limit or ZH_SENTENCES)
     spm_path, info = _common.spm_model(
         args.data_dir,
         args.results_dir,
-        vocab_size=args.vocab_size,
+        # Chinese needs more pieces than a quick model has: one per character it keeps
+        vocab_size=max(args.vocab_size, 2000) if args.quick else args.vocab_size,
         lang="zh",
         max_pairs=args.spm_max_pairs,
         pretokenizer="rjieba",
@@ -423,6 +431,8 @@ def measure_zh(args: argparse.Namespace, table: np.ndarray) -> dict | None:
     )
     vocab = tokenizer.vocab_size
     config = BundleConfig(dim=args.dim, vocab_size=vocab, spm_sha256=tokenizer.sha256)
+    if vocab > len(table):
+        table = np.random.default_rng(args.seed).standard_normal((vocab, args.dim), np.float32)
     model = PSPModel(tokenizer, np.ascontiguousarray(table[:vocab]), config)
     model.embed(chinese, batch_size=args.batch_size)
     warm_up(model, chinese, args.batch_size)
@@ -451,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = _common.machine_info()
     sentences, files = _common.read_sts_sentences(args.data_dir)
+    sentences = sentences[: args.limit or None]
     log.info("%d STS sentences from %d files", len(sentences), len(files))
     spm_path, spm_info = _common.spm_model(
         args.data_dir, args.results_dir, vocab_size=args.vocab_size, max_pairs=args.spm_max_pairs

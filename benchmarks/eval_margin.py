@@ -29,8 +29,7 @@ log = _common.log
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--model", type=Path, help="evaluate this bundle instead of training")
     parser.add_argument("--langs", default="de,es,fr,ru")
     parser.add_argument("--pairs-per-lang", type=int, default=40_000)
@@ -40,8 +39,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
+    _common.add_quick_argument(
+        parser, "de and es, 1,000 pairs each, vocabulary 1,000, dim 32, one epoch"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.langs, args.pairs_per_lang = "de,es", 1000
+        args.vocab_size, args.dim = _common.QUICK_VOCAB_SIZE, _common.QUICK_DIM
+    return args
 
 
 def read_pairs(data_dir: Path, lang: str, limit: int, seed: int) -> list[tuple[str, str]]:
@@ -126,10 +132,9 @@ def tatoeba_table(model_path: Path, eval_dir: Path, k: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _common.setup_logging(args.verbose)
-    eval_dir = _common.require_data(args.data_dir, "eval", "tatoeba")
-    if eval_dir is None:
+    if _common.require_data(args.data_dir, "eval", "tatoeba") is None:
         return 0
-    eval_dir = eval_dir.parent
+    eval_dir = _common.eval_dir_for(args)
     result: dict = {"benchmark": "eval_margin", "machine": _common.machine_info(), "k": args.k}
     if args.model:
         result["model"] = {"path": str(args.model), "trained_here": False}

@@ -79,14 +79,21 @@ def summary(cos: np.ndarray, sentences: list[str], model, worst: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--pairs", type=int, default=None, help="training pairs (default: all)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--worst", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sentences", type=int, default=0, help="STS sentences used; 0: all")
+    _common.add_quick_argument(
+        parser,
+        "the quick sentencepiece model, 2,000 pairs, dim 32, 1,000 STS sentences, 1 thread",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.pairs, args.vocab_size, args.dim = _common.QUICK_PAIRS, _common.QUICK_VOCAB_SIZE, 32
+        args.sentences, args.threads = 1000, 1
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
         return
@@ -97,7 +104,10 @@ def main() -> None:
 
     args.results_dir.mkdir(parents=True, exist_ok=True)
     spm_path, spm_info = _common.spm_model(
-        args.data_dir, args.results_dir, vocab_size=args.vocab_size
+        args.data_dir,
+        args.results_dir,
+        vocab_size=args.vocab_size,
+        max_pairs=_common.QUICK_PAIRS if args.quick else None,
     )
     tokenizer = Tokenizer.from_file(spm_path)
     english, german = _common.read_bitext(args.data_dir, "de")
@@ -105,6 +115,7 @@ def main() -> None:
     random.Random(0).shuffle(pairs)
     pairs = pairs[: args.pairs]
     sentences, files = read_sentences(args.data_dir)
+    sentences = sentences[: args.sentences or None]
     results: dict = {}
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)

@@ -70,25 +70,38 @@ def speed(model, sentences: list[str], repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=None, help="training pairs (default: all)")
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--sentences", type=int, default=0, help="STS sentences timed; 0: all")
+    _common.add_quick_argument(
+        parser, "the quick sentencepiece model, 2,000 pairs, dim 32, 1,000 sentences, 1 repeat"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.pairs, args.dim, args.sentences, args.repeats = _common.QUICK_PAIRS, 32, 1000, 1
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
         return
-    eval_dir = args.data_dir / "eval"
+    eval_dir = _common.eval_dir_for(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    spm_path, _ = _common.spm_model(args.data_dir, args.results_dir)
+    spm_path, _ = (
+        _common.quick_spm_model(args.data_dir, args.results_dir)
+        if args.quick
+        else _common.spm_model(args.data_dir, args.results_dir)
+    )
     english, german = _common.read_bitext(args.data_dir, "de")
     pairs = [p for p in zip(english, german, strict=True) if p[0].strip() and p[1].strip()]
     random.Random(0).shuffle(pairs)
+    pairs = pairs[: args.pairs]
     sentences, _ = _common.read_sts_sentences(args.data_dir)
+    sentences = sentences[: args.sentences or None]
     results: dict = {"benchmark": "float16_compare", "machine": _common.machine_info()}
     with tempfile.TemporaryDirectory() as work:
         data = Path(work) / "train.h5"
         pack_pairs(pairs, Tokenizer.from_file(spm_path), data, lang="de")
-        config = TrainConfig(dim=1024, lr=0.05, epochs=1, log_every=0, checkpoint_every=0)
+        config = TrainConfig(dim=args.dim, lr=0.05, epochs=1, log_every=0, checkpoint_every=0)
         bundle = train(data, spm_path, Path(work) / "model", config).bundle
         torch.set_num_threads(1)
         for dtype in ("float32", "float16"):

@@ -137,14 +137,17 @@ def main() -> None:
     parser.add_argument("--embed-batch", type=int, default=8192)
     parser.add_argument("--embed-rounds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    # (like every benchmark; the data are synthetic and nothing is cached here)
+    _common.add_data_arguments(parser)
+    _common.add_quick_argument(parser, "mega-batch 4, 2 mega-batches, 2 embedding rounds")
     args = parser.parse_args()
     if args.quick:
         args.megabatch, args.megabatches, args.embed_rounds, args.repeats = 4, 2, 2, 2
     _common.setup_logging()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: run on a GPU machine, or pass --device cpu")
+        _common.emit({"skipped": "no CUDA device: run on a GPU machine, or pass --device cpu"})
+        return
     result = {
         "benchmark": "gpu_speed",
         "machine": _common.machine_info(),

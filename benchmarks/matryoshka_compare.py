@@ -36,7 +36,12 @@ from psp_core.evaluation.tatoeba import evaluate_tatoeba, tatoeba_languages
 from psp_core.models.bundle import BundleConfig
 
 STS_YEARS = ("2012", "2013", "2014")
-EVAL_DIMS = (1024, 256, 64)
+
+
+def eval_dims(dim: int) -> tuple[int, int, int]:
+    """The dimensions a model is scored at: all of them, a quarter, a sixteenth (1024, 256, 64
+    at the paper's dim)."""
+    return dim, dim // 4, dim // 16
 
 
 def truncated(model: PSPModel, dim: int) -> PSPModel:
@@ -66,20 +71,30 @@ def scores(model: PSPModel, eval_dir: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--pairs", type=int, default=None, help="training pairs (default: all)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--dims", default="512,256,128,64", help="the nested prefixes")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=1024)
+    _common.add_quick_argument(
+        parser, "the quick sentencepiece model, 2,000 pairs, dim 64 (prefixes 16, 4), one epoch"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.pairs, args.epochs, args.dim, args.dims = _common.QUICK_PAIRS, 1, 64, "16,4"
+        args.threads = 1
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
         return
-    eval_dir = args.data_dir / "eval"
+    eval_dir = _common.eval_dir_for(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    spm_path, spm_info = _common.spm_model(args.data_dir, args.results_dir)
+    spm_path, spm_info = (
+        _common.quick_spm_model(args.data_dir, args.results_dir)
+        if args.quick
+        else _common.spm_model(args.data_dir, args.results_dir)
+    )
     tokenizer = Tokenizer.from_file(spm_path)
     english, german = _common.read_bitext(args.data_dir, "de")
     pairs = [p for p in zip(english, german, strict=True) if p[0].strip() and p[1].strip()]
@@ -92,7 +107,7 @@ def main() -> None:
         data = work / "train.h5"
         pack_pairs(pairs, tokenizer, data, lang="de")
         base = dict(
-            dim=1024,
+            dim=args.dim,
             lr=args.lr,
             epochs=args.epochs,
             log_every=0,
@@ -108,10 +123,11 @@ def main() -> None:
                 "train_s": round(seconds, 1),
                 "matryoshka_dims": list(dims) if dims else None,
                 "final_loss": round(result.state.history[-1]["loss"], 4),
-                "at_dim": {d: scores(truncated(model, d), eval_dir) for d in EVAL_DIMS},
+                "at_dim": {d: scores(truncated(model, d), eval_dir) for d in eval_dims(args.dim)},
             }
             _common.log.info("%s: %s", name, runs[name])
     nested, plain = runs["matryoshka"]["at_dim"], runs["plain"]["at_dim"]
+    full, quarter, _ = eval_dims(args.dim)
     _common.emit(
         {
             "benchmark": "matryoshka_compare",
@@ -123,13 +139,13 @@ def main() -> None:
             "spm": spm_info,
             "runs": runs,
             "goals": {
-                "sts_256_over_1024_matryoshka": round(
-                    nested[256]["sts12_14"] / nested[1024]["sts12_14"], 4
+                f"sts_{quarter}_over_{full}_matryoshka": round(
+                    nested[quarter]["sts12_14"] / nested[full]["sts12_14"], 4
                 ),
-                "sts_256_over_1024_plain": round(
-                    plain[256]["sts12_14"] / plain[1024]["sts12_14"], 4
+                f"sts_{quarter}_over_{full}_plain": round(
+                    plain[quarter]["sts12_14"] / plain[full]["sts12_14"], 4
                 ),
-                "sts_1024_change": round(nested[1024]["sts12_14"] - plain[1024]["sts12_14"], 2),
+                f"sts_{full}_change": round(nested[full]["sts12_14"] - plain[full]["sts12_14"], 2),
             },
         }
     )

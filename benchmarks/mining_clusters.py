@@ -73,7 +73,18 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=12_800)
     parser.add_argument("--start", type=int, default=100_000, help="first pair of the file")
     parser.add_argument("--settings", default="64:4,64:8,128:8,128:16,256:16")
+    _common.add_data_arguments(parser)
+    _common.add_quick_argument(
+        parser,
+        "a quick de model and training file built from the bitext (--root and --code unused), "
+        "512 pairs, clusters:probed 8:2 and 16:4",
+    )
     args = parser.parse_args()
+    if args.quick:
+        if _common.require_data(args.data_dir, "bitext", "en-de") is None:
+            return 0
+        args.root, args.code = _common.quick_root(args.data_dir, args.results_dir), "de"
+        args.pairs, args.settings = 512, "8:2,16:4"
     model_dir = args.root / args.code / "psp_model" / "model"
     data = args.root / args.code / "training_data" / "train.h5"
     if not data.is_file() or not model_dir.is_dir():

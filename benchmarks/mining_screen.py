@@ -39,8 +39,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--megabatches", type=int, default=1)
+    parser.add_argument("--mining-pairs", type=int, default=12_800, help="pairs of a mega-batch")
+    train_profile.add_quick_arguments(parser)
     parser.add_argument("--verbose", action="store_true")
-    return parser.parse_args(argv)
+    args = train_profile.quick_settings(parser.parse_args(argv))
+    if args.quick:
+        args.warm_steps, args.dims, args.tops = 16, "8,16", "4,16"
+    return args
 
 
 def prefix_screen(source, target, source_hash, target_hash, dim: int, top: int, chunk=512):
@@ -48,7 +53,7 @@ def prefix_screen(source, target, source_hash, target_hash, dim: int, top: int, 
     candidates, re-scored in float32 on the whole (unit) vectors."""
     import torch
 
-    from psp_core.training.negative_mining import _Exclusions, equal_hash_positions
+    from psp_core.training.negative_mining import Exclusions, equal_hash_positions
 
     device = source.device
     s_hash, t_hash = source_hash.cpu().numpy(), target_hash.cpu().numpy()
@@ -67,8 +72,8 @@ def prefix_screen(source, target, source_hash, target_hash, dim: int, top: int, 
             chosen[start:stop] = candidates.gather(1, exact.argmax(dim=1, keepdim=True))[:, 0]
         return chosen
 
-    for_rows = _Exclusions(*equal_hash_positions([s_hash, t_hash], t_hash), device)
-    for_cols = _Exclusions(*equal_hash_positions([t_hash, s_hash], s_hash), device)
+    for_rows = Exclusions(*equal_hash_positions([s_hash, t_hash], t_hash), device)
+    for_cols = Exclusions(*equal_hash_positions([t_hash, s_hash], s_hash), device)
     return side(source, target, for_rows), side(target, source, for_cols)
 
 
@@ -78,7 +83,7 @@ def main(argv=None) -> int:
 
     from psp_core.training.data import EpochStream
     from psp_core.training.negative_mining import mine_hard_negatives
-    from psp_core.training.steps import _hashes, encode, train_megabatch
+    from psp_core.training.steps import encode, train_megabatch
 
     args = parse_args(argv)
     _common.setup_logging(args.verbose)
@@ -88,14 +93,15 @@ def main(argv=None) -> int:
     stream = EpochStream(data, seed=args.seed, epoch=0, block_size=100_000)
     steps = 0
     while steps < args.warm_steps:  # a model past its random start, as mining sees it
-        train_megabatch(model, optimizer, stream.take(12_800), settings, first_step=steps)
-        steps += 100
-    mega = stream.take(12_800)
+        if len(mega := stream.take(args.mining_pairs)) == 0:
+            break  # the training file is shorter than the warm-up
+        steps += len(train_megabatch(model, optimizer, mega, settings, first_step=steps))
+    mega = stream.take(args.mining_pairs)
     model.eval()
     with torch.no_grad():
         source = F.normalize(encode(model, mega.source, settings.device), dim=1)
         target = F.normalize(encode(model, mega.target, settings.device), dim=1)
-    hashes = _hashes(mega.source, settings.device), _hashes(mega.target, settings.device)
+    hashes = train_profile.hash_tensors(mega, settings.device)
 
     def timed(fn):
         result = fn()

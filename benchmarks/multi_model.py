@@ -26,17 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data"
+
+import _common  # noqa: E402
+
+SHARED = _common.DEFAULT_DATA_DIR
 
 
-def held_back_zh(directory: Path, every: int) -> tuple[list[str], list[str]]:
-    """Write the shared en-zh bitext without every ``every``-th pair to ``directory``; return
-    the held-back (English, Chinese) sentences."""
-    source = SHARED / "bitext" / "en-zh"
-    with gzip.open(source / "combined.en.gz", "rt", encoding="utf-8") as handle:
-        english = handle.read().splitlines()
-    with gzip.open(source / "combined.zh.gz", "rt", encoding="utf-8") as handle:
-        chinese = handle.read().splitlines()
+def held_back_zh(
+    directory: Path, every: int, shared: Path = SHARED, limit: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Write the shared en-zh bitext (its first ``limit`` pairs when given) without every
+    ``every``-th pair to ``directory``; return the held-back (English, Chinese) sentences."""
+    english, chinese = _common.read_bitext(shared, "zh", limit)
     directory.mkdir(parents=True, exist_ok=True)
     kept = [i for i in range(len(english)) if i % every != every - 1]
     held = [i for i in range(len(english)) if i % every == every - 1]
@@ -46,10 +47,20 @@ def held_back_zh(directory: Path, every: int) -> tuple[list[str], list[str]]:
     return [english[i] for i in held], [chinese[i] for i in held]
 
 
-def registry_file(root: Path, zh_dir: Path) -> Path:
-    text = (ROOT / "configs" / "languages-shared-data.toml").read_text()
-    text = text.replace('"../shared/data/bitext/', f'"{SHARED}/bitext/')
-    text = text.replace(f'"{SHARED}/bitext/en-zh"', f'"{zh_dir}"')
+def registry_file(
+    root: Path,
+    zh_dir: Path,
+    shared: Path = SHARED,
+    source: Path = ROOT / "configs" / "languages-shared-data.toml",
+    languages: list[str] | None = None,
+) -> Path:
+    """The registry ``source`` (its bitext under ``shared``) with zh read from ``zh_dir``,
+    every variant promoted, and the multilingual model of ``languages`` when given."""
+    text = source.read_text()
+    text = text.replace('"../shared/data/bitext/', f'"{shared}/bitext/')
+    text = text.replace(f'"{shared}/bitext/en-zh"', f'"{zh_dir}"')
+    if languages:
+        text = text.replace("[multi]\n", f"[multi]\nlanguages = {json.dumps(languages)}\n", 1)
     # every variant is promoted (the gate would keep the first one trained and evaluate it
     # again): this compares variants, it is not a weekly retrain
     text = text.replace(
@@ -161,7 +172,7 @@ def throughput(root: Path, resources: dict, steps: int, rounds: int) -> dict:
     }
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT / "runs" / "bench_multi")
     parser.add_argument(
@@ -183,27 +194,55 @@ def main() -> int:
     parser.add_argument("--throughput-steps", type=int, default=0)
     parser.add_argument("--throughput-rounds", type=int, default=3)
     parser.add_argument("--output", type=Path)
-    args = parser.parse_args()
+    _common.add_data_arguments(parser)
+    _common.add_quick_argument(
+        parser,
+        "de and zh only (the first 2,000 pairs of each), the smoke profile, variant 1.0, the "
+        "first 100 lines of the evaluation sets, data ops in one process, root under "
+        "--results-dir",
+    )
+    return parser.parse_args()
 
-    if not SHARED.is_dir():
-        print(json.dumps({"skipped": f"{SHARED} is absent"}))
-        return 0
+
+def prepare(args: argparse.Namespace) -> tuple[Path, list[str], list[str], str]:
+    """Set the environment the assets read (registry, profile, storage root, evaluation sets)
+    for ``args``; returns the storage root, the held-back zh pairs (English, Chinese) and the
+    profile. With ``--quick``: de and zh only, a slice of each, the smoke profile, the root
+    under ``--results-dir``."""
+    shared = args.data_dir.resolve()
+    profile, source = "demo", ROOT / "configs" / "languages-shared-data.toml"
+    languages, limit = None, None
+    if args.quick:
+        args.root, args.variants, args.throughput_steps = args.results_dir / "quick-multi", "1.0", 0
+        profile, languages, limit = "smoke", ["de", "zh"], _common.QUICK_PAIRS
+        source = _common.quick_registry(args.data_dir, args.results_dir, ("de",))
     root = args.root.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    english, chinese = held_back_zh(root / "zh_bitext", args.hold_every)
-    os.environ["PSP_LANGUAGES"] = str(registry_file(root, root / "zh_bitext"))
-    os.environ["PSP_PROFILE"] = "demo"
+    english, chinese = held_back_zh(root / "zh_bitext", args.hold_every, shared, limit)
+    registry = registry_file(root, root / "zh_bitext", shared, source, languages)
+    os.environ["PSP_LANGUAGES"] = str(registry)
+    os.environ["PSP_PROFILE"] = profile
     os.environ["PSP_STORAGE_ROOT"] = str(root)
-    os.environ["PSP_EVAL_DIR"] = str(SHARED / "eval")
-    os.environ["PSP_PARANMT_URL"] = str(SHARED / "paraphrase" / "paranmt-format-sample.txt.gz")
+    os.environ["PSP_EVAL_DIR"] = str(_common.eval_dir_for(args).resolve())
+    os.environ["PSP_PARANMT_URL"] = str(shared / "paraphrase" / "paranmt-format-sample.txt.gz")
+    return root, english, chinese, profile
+
+
+def main() -> int:
+    args = parse_args()
+    if _common.require_data(args.data_dir, "bitext") is None:
+        return 0
+    root, english, chinese, profile = prepare(args)
 
     from dagster import DagsterInstance, materialize
 
     from assets.languages import load_registry
-    from assets.resources import default_resources
+    from assets.resources import ComputeResource, default_resources
     from pipelines.definitions import defs
 
     resources = default_resources()
+    if args.quick:  # worker processes cost more than a slice of pairs: the ops run inline
+        resources["compute"] = ComputeResource(workers=1)
     instance = DagsterInstance.ephemeral()
 
     def job_assets(name: str, leave_out: tuple[str, ...] = ()) -> list:
@@ -267,7 +306,7 @@ def main() -> int:
             else "best STS 2017 en-en epoch"
             if select
             else "last epoch",
-            "epochs": epochs[0] if epochs else "the demo profile's",
+            "epochs": epochs[0] if epochs else f"the {profile} profile's",
             "job_seconds": round(time.perf_counter() - started, 1),
             "stage_seconds": stage_seconds(root),
             "pairs_out": {k: v["pairs_out"] for k, v in pairs["record"]["languages"].items()},

@@ -13,6 +13,7 @@ manifest checks, metadata and the run's end.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -52,14 +53,29 @@ def snapshot(directory: Path) -> dict[Path, tuple[int, int]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--partition", default="de")
     parser.add_argument("--profile", type=Path, default=ROOT / "configs" / "smoke.yaml")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--executors",
+        default="in_process,multiprocess",
+        help="executors rerun beside the default one (comma-separated; empty: none)",
+    )
+    _common.add_quick_argument(
+        parser,
+        "the first 2,000 pairs of the partition's bitext, the first 100 lines of the evaluation "
+        "sets, data ops in one process, one rerun with the default executor",
+    )
     args = parser.parse_args()
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", f"en-{args.partition}") is None:
         return
+    registry = ROOT / "configs" / "languages-shared-data.toml"
+    eval_dir = _common.eval_dir_for(args)
+    if args.quick:
+        args.repeats, args.executors = 1, ""
+        registry = _common.quick_registry(args.data_dir, args.results_dir, (args.partition,))
     with tempfile.TemporaryDirectory(prefix="noop-rerun-") as work:
         work = Path(work)
         home = work / "home"
@@ -68,25 +84,28 @@ def main() -> None:
         env = os.environ | {
             "DAGSTER_HOME": str(home),
             "PSP_STORAGE_ROOT": str(work / "storage"),
-            "PSP_LANGUAGES": str(ROOT / "configs" / "languages-shared-data.toml"),
-            "PSP_EVAL_DIR": str(args.data_dir.resolve() / "eval"),
+            "PSP_LANGUAGES": str(registry),
+            "PSP_EVAL_DIR": str(eval_dir.resolve()),
             "PSP_PARANMT_URL": str(
                 args.data_dir.resolve() / "paraphrase" / "paranmt-format-sample.txt.gz"
             ),
         }
+        base = yaml.safe_load(args.profile.read_text())
+        if args.quick:  # worker processes cost more than a slice of pairs: the ops run inline
+            base.setdefault("resources", {})["compute"] = {"config": {"workers": 1}}
         configs = {}
-        for executor in ("in_process", "multiprocess"):
-            config = yaml.safe_load(args.profile.read_text())
-            config["execution"] = {"config": {executor: {}}}
+        for executor in ["default", *filter(None, args.executors.split(","))]:
+            config = copy.deepcopy(base)
+            if executor != "default":
+                config["execution"] = {"config": {executor: {}}}
             configs[executor] = work / f"{executor}.yaml"
             configs[executor].write_text(yaml.safe_dump(config))
         log = work / "runs.log"
-        first = execute(args.partition, args.profile, env, log)
+        first = execute(args.partition, configs["default"], env, log)
         _common.log.info("first run (everything computed): %.1f s", first)
         outputs = snapshot(work / "storage" / args.partition)
-        times: dict[str, list[float]] = {"default": [], "in_process": [], "multiprocess": []}
-        for _ in range(args.repeats):  # the executors take turns, so machine noise hits both
-            times["default"].append(execute(args.partition, args.profile, env, log))
+        times: dict[str, list[float]] = {executor: [] for executor in configs}
+        for _ in range(args.repeats):  # the executors take turns, so machine noise hits all
             for executor, config in configs.items():
                 times[executor].append(execute(args.partition, config, env, log))
             _common.log.info("%s", {k: round(v[-1], 1) for k, v in times.items()})
@@ -96,7 +115,7 @@ def main() -> None:
             for path, stamp in snapshot(work / "storage" / args.partition).items()
             if outputs.get(path) != stamp
         )
-    n_runs = 1 + 3 * args.repeats
+    n_runs = 1 + len(configs) * args.repeats
     _common.emit(
         {
             "benchmark": "noop_rerun",

@@ -87,8 +87,7 @@ class EpochEvaluator:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--pairs", type=int, default=None, help="training pairs (default: all)")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--max-epochs", type=int, default=40, help="cap for the second run")
@@ -96,13 +95,25 @@ def main() -> None:
     parser.add_argument("--optimizers", default="dense,sparse")
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=2)
+    _common.add_quick_argument(
+        parser,
+        "the quick sentencepiece model, 2,000 pairs, dim 32, one epoch (at most 2 for the "
+        "second optimizer), 1 thread",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.pairs, args.dim, args.epochs, args.max_epochs = _common.QUICK_PAIRS, 32, 1, 2
+        args.threads = 1
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
         return
-    eval_dir = args.data_dir / "eval"
+    eval_dir = _common.eval_dir_for(args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    spm_path, spm_info = _common.spm_model(args.data_dir, args.results_dir)
+    spm_path, spm_info = (
+        _common.quick_spm_model(args.data_dir, args.results_dir)
+        if args.quick
+        else _common.spm_model(args.data_dir, args.results_dir)
+    )
     tokenizer = Tokenizer.from_file(spm_path)
     english, german = _common.read_bitext(args.data_dir, "de")
     pairs = [p for p in zip(english, german, strict=True) if p[0].strip() and p[1].strip()]

@@ -67,12 +67,12 @@ log = _common.log
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument(
         "--cache",
         type=Path,
-        default=_common.DEFAULT_RESULTS_DIR / "prep_speed",
-        help="where the zips are cached and the runs work (default benchmarks/results/prep_speed)",
+        default=None,
+        help="where the zips are cached and the runs work (default <results-dir>/prep_speed)",
     )
     parser.add_argument(
         "--sizes",
@@ -101,15 +101,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(without spm) of each size is reported",
     )
     parser.add_argument("--keep", action="store_true", help="keep the runs' storage roots")
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke run: 20k and 80k pairs, vocab 2,000"
+    _common.add_quick_argument(
+        parser, "one size of 3,000 pairs, vocabulary 500 on 6,000 sentences, 1 worker, 1 thread"
     )
     parser.add_argument("--verbose", action="store_true")
     # internal: one measured run in this (child) process
     parser.add_argument("--child-storage", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.vocab_size, args.input_sentence_size = ["20000", "80000"], 2_000, 40_000
+        args.sizes, args.vocab_size, args.input_sentence_size = ["3000"], 500, 6000
+        args.workers = args.threads = 1
+    args.cache = args.cache or args.results_dir / "prep_speed"
     args.sizes = [int(x) for text in args.sizes for x in str(text).split(",") if x]
     return args
 

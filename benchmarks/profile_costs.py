@@ -45,8 +45,12 @@ PAPER_BATCH_SIZE = 128
 log = logging.getLogger("profile_costs")
 
 
-def run_config(profile: str, paper_steps: int) -> dict:
+def run_config(profile: str, paper_steps: int, workers: int | None = None) -> dict:
+    """The run config of ``profile`` (the paper profile cut at ``paper_steps``), with the
+    compute resource's ``workers`` when given."""
     config: dict = {"resources": {"profile": {"config": {"name": profile}}}}
+    if workers is not None:
+        config["resources"]["compute"] = {"config": {"workers": workers}}
     if profile == "paper" and paper_steps > 0:
         # at the largest mega-batch from the first step (anneal_every 0): the full run spends
         # most of its steps there (it reaches 100 after 15,000 steps), and mining costs grow
@@ -55,7 +59,7 @@ def run_config(profile: str, paper_steps: int) -> dict:
     return config
 
 
-def child(lang: str, profile: str, paper_steps: int) -> int:
+def child(lang: str, profile: str, paper_steps: int, workers: int | None) -> int:
     """Execute the language job in this process and print its steps' wall times."""
     from dagster import DagsterInstance
 
@@ -67,7 +71,7 @@ def child(lang: str, profile: str, paper_steps: int) -> int:
     instance = DagsterInstance.ephemeral()
     started = time.time()
     result = defs.resolve_job_def(JOB).execute_in_process(
-        run_config=run_config(profile, paper_steps),
+        run_config=run_config(profile, paper_steps, workers),
         partition_key=lang,
         instance=instance,
         raise_on_error=False,
@@ -94,13 +98,14 @@ def child(lang: str, profile: str, paper_steps: int) -> int:
 def measure(lang: str, profile: str, storage: Path, args: argparse.Namespace) -> dict:
     env = dict(os.environ)
     env.update(
-        PSP_LANGUAGES=str(REGISTRY),
+        PSP_LANGUAGES=str(args.registry),
         PSP_STORAGE_ROOT=str(storage),
-        PSP_EVAL_DIR=str(args.data_dir / "eval"),
+        PSP_EVAL_DIR=str(_common.eval_dir_for(args)),
         PSP_PARANMT_URL=str(args.data_dir / "paraphrase" / "paranmt-format-sample.txt.gz"),
     )
     command = [sys.executable, __file__, "--child", lang, profile]
     command += ["--paper-steps", str(args.paper_steps)]
+    command += ["--workers", str(args.workers)] if args.workers is not None else []
     log.info("%s, %s profile", lang, profile)
     output = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, check=False
@@ -140,7 +145,7 @@ def summarize(lang: str, runs: dict[str, dict], paper_steps: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--languages", nargs="+", default=None, help="default: the registry's")
     parser.add_argument("--profiles", nargs="+", default=["smoke", "demo", "paper"])
     parser.add_argument(
@@ -150,14 +155,26 @@ def main() -> int:
         help="mini-batches the paper profile trains for (its full cost is estimated); 0: "
         "the whole run (25 epochs, the paper's annealing), measured",
     )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="data-op worker processes (default: per core)"
+    )
+    _common.add_quick_argument(
+        parser,
+        "de only, the smoke profile, the first 2,000 pairs of the bitext, the first 100 lines "
+        "of the evaluation sets, data ops in one process",
+    )
     parser.add_argument("--child", nargs=2, metavar=("LANG", "PROFILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(*args.child, args.paper_steps)
+        return child(*args.child, args.paper_steps, args.workers)
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext") is None:
         return 0
-    os.environ["PSP_LANGUAGES"] = str(REGISTRY)
+    args.registry = REGISTRY
+    if args.quick:
+        args.languages, args.profiles, args.workers = ["de"], ["smoke"], 1
+        args.registry = _common.quick_registry(args.data_dir, args.results_dir, ("de",))
+    os.environ["PSP_LANGUAGES"] = str(args.registry)
     from assets.languages import load_registry
 
     languages = args.languages or list(load_registry().codes)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SEGMENTERS = ("jieba", "rjieba")
+#: the zh pre-tokenizer line of the offline registry (its value is group 2)
+ZH_PRETOKENIZER = re.compile(r'(\[languages\.zh\][^\[]*?pretokenizer = )("[^"]*")')
 
 
 def boundaries(tokens: list[str]) -> set[int]:
@@ -118,7 +121,9 @@ def quality(args: argparse.Namespace) -> dict:
         with tempfile.TemporaryDirectory(prefix=f"segmenter-{name}-") as work:
             work = Path(work)
             registry = work / "languages.toml"
-            text = registry_text.replace('pretokenizer = "jieba"', f'pretokenizer = "{name}"')
+            if ZH_PRETOKENIZER.search(registry_text) is None:
+                raise SystemExit("the registry's [languages.zh] has no pretokenizer line to switch")
+            text = ZH_PRETOKENIZER.sub(rf'\g<1>"{name}"', registry_text, count=1)
             registry.write_text(text.replace('"../shared/data', f'"{args.data_dir}'))
             env = dict(os.environ)
             env.update(
@@ -153,12 +158,21 @@ def quality(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--sentences", type=int, default=20_000, help="for the speed figures")
+    parser.add_argument(
+        "--agreement-sentences", type=int, default=0, help="for the agreement; 0: all"
+    )
     parser.add_argument("--vocab-size", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quality", action="store_true", help="train a zh model per segmenter")
+    _common.add_quick_argument(
+        parser, "1,000 sentences for the agreement, 300 for speed, vocabulary 1,000, 1 repeat"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.agreement_sentences, args.sentences = 1000, 300
+        args.vocab_size, args.repeats = _common.QUICK_VOCAB_SIZE, 1
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-zh") is None:
         return
@@ -168,7 +182,7 @@ def main() -> None:
     result = {
         "benchmark": "segmenter_compare",
         "machine": _common.machine_info(),
-        "agreement": agreement([s.lower() for s in chinese]),
+        "agreement": agreement([s.lower() for s in chinese[: args.agreement_sentences or None]]),
     }
     with tempfile.TemporaryDirectory() as work:
         result["speed_1_thread"] = speed(

@@ -164,18 +164,27 @@ def drive(port: int, requests: list[bytes], clients: int, seconds: float) -> dic
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=_common.DEFAULT_DATA_DIR)
-    parser.add_argument("--results-dir", type=Path, default=_common.DEFAULT_RESULTS_DIR)
+    _common.add_data_arguments(parser)
     parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--workers", type=int, default=1, help="psp serve --workers")
+    parser.add_argument(
+        "--settle", type=float, default=1.5, help="seconds after a swapping cell (its last load)"
+    )
+    _common.add_quick_argument(
+        parser,
+        "embed_corpus.py's quick bundle, 0.3 s per cell, 8 clients, 1,000 STS sentences",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.clients, args.settle = 0.3, "8", 0.2
     _common.setup_logging()
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
         return
-    bundle = embed_corpus.build_bundle(args.data_dir, args.results_dir, 20_000, 1024)
+    bundle = embed_corpus.bundle_for(args, 20_000, 1024)
     storage, versions = registry_of_two(bundle, args.results_dir)
     sentences, _ = _common.read_sts_sentences(args.data_dir)
+    sentences = sentences[:1000] if args.quick else sentences
     port = free_port()
     server = subprocess.Popen(
         [str(PSP), "serve", "--storage-root", str(storage), "--port", str(port)]
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
                     figures["sentences_per_second"] = round(figures["requests_per_second"] * batch)
                     results[name] = figures
                     log.info("%s: %s", name, figures)
-        swapping = _while_swapping(port, storage, versions, sentences, args.seconds)
+        swapping = _while_swapping(port, storage, versions, sentences, args.seconds, args.settle)
         results.update(swapping)
     finally:
         server.terminate()
@@ -230,10 +239,11 @@ def main(argv: list[str] | None = None) -> None:
     )
 
 
-def _while_swapping(port, storage, versions, sentences, seconds) -> dict:
+def _while_swapping(port, storage, versions, sentences, seconds, settle) -> dict:
     """Each cell twice: one promotion in the middle of the cell (a retrain promoted while the
     server is busy), and a promotion every second (a stress: each swap loads the other version,
-    80 MB, beside the served one, on the same 2 cores)."""
+    80 MB, beside the served one, on the same 2 cores; cells under 3 s swap 3 times). After a
+    cell, ``settle`` seconds let the last swap's load end."""
     from psp_core.models.registry import ModelRegistry
 
     registry = ModelRegistry(storage / "de" / "psp_model")
@@ -249,7 +259,11 @@ def _while_swapping(port, storage, versions, sentences, seconds) -> dict:
             turn[0] = 1 - turn[0]
 
     results = {}
-    for label, every, times in (("once", seconds / 2, 1), ("every_second", 1.0, int(seconds))):
+    often = min(1.0, seconds / 3)
+    for label, every, times in (
+        ("once", seconds / 2, 1),
+        ("every_second", often, int(seconds / often)),
+    ):
         for batch, clients in ((1, 8), (64, 8)):
             requests = prebuilt(port, sentences, batch, "base64")
             stop = threading.Event()
@@ -260,7 +274,7 @@ def _while_swapping(port, storage, versions, sentences, seconds) -> dict:
             finally:
                 stop.set()
                 thread.join()
-            time.sleep(1.5)  # the last swap's load ends before the next cell
+            time.sleep(settle)  # the last swap's load ends before the next cell
             figures["sentences_per_second"] = round(figures["requests_per_second"] * batch)
             results[f"swapping_{label}_batch{batch}_base64_clients{clients}"] = figures
             log.info("swapping %s, batch %d: %s", label, batch, figures)

@@ -40,8 +40,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=100_000, help="training file size")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="of each mining timing")
+    parser.add_argument(
+        "--megabatch", type=int, default=100, help="the large mega-batch profiled beside 1"
+    )
+    parser.add_argument(
+        "--window", type=int, default=100, help="steps per measured mega-batch (of size 1: calls)"
+    )
+    parser.add_argument("--mining-pairs", type=int, default=12_800, help="pairs mined at once")
+    parser.add_argument("--copy-mib", type=int, default=256, help="of the bandwidth ceiling")
+    add_quick_arguments(parser)
     parser.add_argument("--verbose", action="store_true")
-    return parser.parse_args(argv)
+    return quick_settings(parser.parse_args(argv))
+
+
+def add_quick_arguments(parser) -> None:
+    """``--quick`` for this script and the ones built on :func:`setup`."""
+    _common.add_quick_argument(
+        parser,
+        "the quick sentencepiece model and bitext slice, dim 32, batch 32, mega-batch 4, "
+        "512 pairs mined, 1 thread",
+    )
+
+
+def quick_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """The tiny settings of ``--quick`` (left alone without it)."""
+    if args.quick:
+        args.vocab_size, args.dim, args.batch_size = _common.QUICK_VOCAB_SIZE, _common.QUICK_DIM, 32
+        args.pairs = min(args.pairs, _common.QUICK_PAIRS)
+        args.megabatches, args.repeats, args.threads = 1, 1, 1
+        args.megabatch, args.window, args.mining_pairs, args.copy_mib = 4, 8, 512, 8
+    return args
 
 
 def setup(args):
@@ -53,9 +81,20 @@ def setup(args):
     from psp_core.training.steps import StepSettings
 
     torch.set_num_threads(args.threads)
-    spm_file, spm_info = _common.spm_model(args.data_dir, args.results_dir, vocab_size=50_000)
+    quick_pairs = _common.QUICK_PAIRS if args.quick else None
+    spm_file, spm_info = _common.spm_model(
+        args.data_dir, args.results_dir, vocab_size=args.vocab_size, max_pairs=quick_pairs
+    )
     path, _ = train_speed.training_file(
-        args.data_dir, args.results_dir, spm_file, spm_info, args.pairs, args.seed, args.threads, {}
+        args.data_dir,
+        args.results_dir,
+        spm_file,
+        spm_info,
+        args.pairs,
+        args.seed,
+        args.threads,
+        {},
+        bitext_pairs=quick_pairs,
     )
     data = TrainingFile(path)
     torch.manual_seed(args.seed)
@@ -77,8 +116,8 @@ def phase_profile(args, data, model, optimizer, settings, megabatch: int) -> dic
     stream = EpochStream(data, seed=args.seed, epoch=0, block_size=100_000)
     pairs = megabatch * args.batch_size
     steps_per_call = megabatch
-    calls_warmup = max(1, 100 // steps_per_call) if megabatch < 100 else 1
-    calls = args.megabatches * max(1, 100 // steps_per_call)
+    calls_warmup = max(1, args.window // steps_per_call) if megabatch < args.window else 1
+    calls = args.megabatches * max(1, args.window // steps_per_call)
     step = 0
     times = PhaseTimes()
     wall = 0.0
@@ -111,21 +150,23 @@ def phase_profile(args, data, model, optimizer, settings, megabatch: int) -> dic
 
 
 def mining_split(args, data, model, settings) -> dict:
-    """One 12,800-pair mega-batch of the trained model: the ways to mine it, timed."""
+    """One mega-batch of ``--mining-pairs`` pairs of the trained model: the ways to mine it,
+    timed."""
     import torch
 
     from psp_core.training.data import EpochStream
     from psp_core.training.negative_mining import fast_bfloat16_available, mine_hard_negatives
-    from psp_core.training.steps import _hashes, encode
+    from psp_core.training.steps import encode
 
-    mega = EpochStream(data, seed=args.seed + 1, epoch=0, block_size=100_000).take(12_800)
+    stream = EpochStream(data, seed=args.seed + 1, epoch=0, block_size=100_000)
+    mega = stream.take(args.mining_pairs)
     with torch.no_grad():
         model.eval()
         source, target = (
             encode(model, mega.source, settings.device),
             encode(model, mega.target, settings.device),
         )
-    hashes = _hashes(mega.source, settings.device), _hashes(mega.target, settings.device)
+    hashes = hash_tensors(mega, settings.device)
 
     def timed(fn) -> float:
         fn()  # warm-up
@@ -178,12 +219,26 @@ def mining_split(args, data, model, settings) -> dict:
     return result
 
 
+def hash_tensors(mega, device):
+    """The sentence hashes of a mega-batch's two sides, as the trainer mines with them."""
+    import torch
+
+    from psp_core.training.negative_mining import sentence_hashes
+
+    return tuple(
+        torch.from_numpy(sentence_hashes(side.ids, side.offsets)).to(device)
+        for side in (mega.source, mega.target)
+    )
+
+
 def ceilings(args) -> dict:
+    """Matrix product GFLOP/s at the mining block's shape (512 anchors, ``--dim``, the
+    ``--mining-pairs`` candidates) and the bandwidth of a ``--copy-mib`` copy."""
     import torch
 
     def gflops(dtype) -> float:
-        a = torch.randn(512, 1024).to(dtype)
-        b = torch.randn(1024, 12_800).to(dtype)
+        a = torch.randn(512, args.dim).to(dtype)
+        b = torch.randn(args.dim, args.mining_pairs).to(dtype)
         started = time.perf_counter()
         a @ b
         # 20 rounds, or 1 where one takes seconds (bfloat16 without AVX512-BF16: ~1 GFLOP/s)
@@ -192,9 +247,9 @@ def ceilings(args) -> dict:
         for _ in range(rounds):
             a @ b
         seconds = time.perf_counter() - started
-        return round(2 * 512 * 1024 * 12_800 * rounds / seconds / 1e9, 1)
+        return round(2 * 512 * args.dim * args.mining_pairs * rounds / seconds / 1e9, 1)
 
-    big = torch.empty(64 * 1024 * 1024, dtype=torch.float32).fill_(1.0)  # 256 MiB
+    big = torch.empty(args.copy_mib * 1024 * 1024 // 4, dtype=torch.float32).fill_(1.0)
     out = torch.empty_like(big)
     out.copy_(big)
     started = time.perf_counter()
@@ -218,12 +273,13 @@ def main(argv=None) -> int:
     result["ceilings"] = ceilings(args)
     log.info("ceilings: %s", result["ceilings"])
     data, model, optimizer, settings = setup(args)
-    result["megabatch_100"] = phase_profile(args, data, model, optimizer, settings, 100)
-    log.info("mega-batch 100: %s", result["megabatch_100"])
+    large = f"megabatch_{args.megabatch}"
+    result[large] = phase_profile(args, data, model, optimizer, settings, args.megabatch)
+    log.info("mega-batch %d: %s", args.megabatch, result[large])
     result["megabatch_1"] = phase_profile(args, data, model, optimizer, settings, 1)
     log.info("mega-batch 1: %s", result["megabatch_1"])
-    result["mining_12800"] = mining_split(args, data, model, settings)
-    log.info("mining: %s", result["mining_12800"])
+    result[f"mining_{args.mining_pairs}"] = mining_split(args, data, model, settings)
+    log.info("mining: %s", result[f"mining_{args.mining_pairs}"])
     result["loadavg_end"] = _common.loadavg()
     print(json.dumps(result))
     return 0

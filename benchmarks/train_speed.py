@@ -106,10 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="train the sentencepiece model on only the first N bitext pairs",
     )
     parser.add_argument("--seed", type=int, default=0, help="corpus resampling seed")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run: vocab 8000, dim 256, corpora 5k/20k, mega-batches 1,4, few steps",
+    _common.add_quick_argument(
+        parser,
+        "the quick sentencepiece model and bitext slice, dim 32, batch 16, a 1k corpus, "
+        "mega-batch 2, 2 steps, 1 thread",
     )
     parser.add_argument("--verbose", action="store_true")
     # internal: one peak-RSS training run in this (child) process
@@ -119,14 +119,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.vocab_size = 8000
-        args.spm_max_pairs = args.spm_max_pairs or 20_000
-        args.dim = 256
-        args.megabatches = "1,4"
-        args.sparse_steps = 8
-        args.dense_steps = 4
-        args.corpus_sizes = "5000,20000"
-        args.rss_megabatch = 4
+        args.vocab_size = _common.QUICK_VOCAB_SIZE
+        args.spm_max_pairs = args.spm_max_pairs or _common.QUICK_PAIRS
+        args.dim = _common.QUICK_DIM
+        args.batch_size = 16
+        args.megabatches = "2"
+        args.sparse_steps = args.dense_steps = 2
+        args.corpus_sizes = "1000"  # one peak-RSS child process
+        args.rss_megabatch = 2
+        args.rss_steps = args.rss_steps or 4
+        args.threads = args.threads or 1
     if args.threads is None:
         args.threads = len(os.sched_getaffinity(0))
     args.megabatches = [int(x) for x in str(args.megabatches).split(",") if x.strip()]
@@ -142,10 +144,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # training files
 
 
-def encode_bitext(data_dir: Path, spm_path: Path, threads: int):
+def encode_bitext(data_dir: Path, spm_path: Path, threads: int, limit: int | None = None):
+    """The en-de bitext (its first ``limit`` pairs when given) encoded, without empty sides."""
     from psp_core import Tokenizer
 
-    english, german = _common.read_bitext(data_dir, "de")
+    english, german = _common.read_bitext(data_dir, "de", limit)
     tokenizer = Tokenizer.from_file(spm_path, num_threads=threads)
     started = time.perf_counter()
     en, de = tokenizer.encode(english), tokenizer.encode(german)
@@ -172,11 +175,14 @@ def training_file(
     seed: int,
     threads: int,
     encoded: dict,
+    bitext_pairs: int | None = None,
 ) -> tuple[Path, dict]:
-    """Build (or reuse) a training HDF5 of ``n_pairs`` resampled en-de pairs."""
+    """Build (or reuse) a training HDF5 of ``n_pairs`` en-de pairs resampled from the bitext
+    (from its first ``bitext_pairs`` pairs when given)."""
     from psp_core import TrainingFile, TrainingFileWriter
 
-    path = results_dir / f"train-en-de-{spm_info['sha256'][:12]}-{n_pairs}-seed{seed}.h5"
+    source = f"-first{bitext_pairs}" if bitext_pairs else ""
+    path = results_dir / f"train-en-de{source}-{spm_info['sha256'][:12]}-{n_pairs}-seed{seed}.h5"
     info = {"path": str(path), "n_pairs": n_pairs, "seed": seed}
     if path.is_file():
         try:
@@ -187,7 +193,7 @@ def training_file(
         except (OSError, ValueError) as error:
             log.warning("rebuilding %s (%s)", path, error)
     if "pairs" not in encoded:
-        encoded["pairs"] = encode_bitext(data_dir, spm_path, threads)
+        encoded["pairs"] = encode_bitext(data_dir, spm_path, threads, bitext_pairs)
     en, de, tokenizer = encoded["pairs"]
     rng = np.random.default_rng(seed)
     rounds = math.ceil(n_pairs / len(en))
@@ -448,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seed,
             args.threads,
             encoded,
+            bitext_pairs=_common.QUICK_PAIRS if args.quick else None,
         )
     encoded.clear()
     work_dir = args.results_dir / f"tmp-train-{os.getpid()}"

@@ -35,19 +35,31 @@ def main() -> int:
     parser.add_argument("--root", type=Path, default=ROOT / "runs" / "bench_multi")
     parser.add_argument("--code", default="multi", help="multi or a language of --root")
     parser.add_argument("--set", default="{}", help="TrainConfig fields over the demo's")
+    _common.add_data_arguments(parser)
+    _common.add_quick_argument(
+        parser,
+        "a quick de training file built from the bitext (--root and --code unused), the smoke "
+        "profile's settings under --set, the first 100 lines of the dev sets",
+    )
     args = parser.parse_args()
+    if args.quick:
+        if _common.require_data(args.data_dir, "bitext", "en-de") is None:
+            return 0
+        args.root, args.code = _common.quick_root(args.data_dir, args.results_dir), "de"
     data = args.root / args.code / "training_data" / "train.h5"
-    if not (_common.DEFAULT_DATA_DIR / "eval").is_dir() or not data.is_file():
-        print(json.dumps({"skipped": f"{_common.DEFAULT_DATA_DIR / 'eval'} or {data} is absent"}))
+    eval_dir = _common.eval_dir_for(args)
+    if not eval_dir.is_dir() or not data.is_file():
+        print(json.dumps({"skipped": f"{eval_dir} or {data} is absent"}))
         return 0
     overrides = json.loads(args.set)
     # the demo profile's own settings (assets/profiles.py), as `make run` trains them
     asset = "multi_psp_model" if args.code == "multi" else "psp_model"
     demo = PROFILE_SETTINGS[Profile.demo][asset] | {"log_every": 500}
-    config = TrainConfig(**{**demo, **overrides})
+    smoke = PROFILE_SETTINGS[Profile.smoke][asset] if args.quick else {}
+    config = TrainConfig(**{**demo, **smoke, **overrides})
     # spec: tokenized at inference as the training file was encoded (the registry's
     # pretokenizer: left to train(), a zh model would pick jieba over raw-text pieces)
-    suite, spec = _common.dev_suite_for(args.root, args.code)
+    suite, spec = _common.dev_suite_for(args.root, args.code, eval_dir)
     epochs: list[dict] = []
 
     def score(model) -> float:

@@ -6,7 +6,11 @@ applies them, counting what each filter removed.
 
 * bitext: the English (``src``) side has 3..100 whitespace tokens;
 * paraphrase (ParaNMT): the mean of the two sides' whitespace token counts is in 5..40, the
-  paraphrase score is in [0.4, 1.0], and the trigram overlap is at most 0.7.
+  paraphrase score is in [0.4, 1.0], and the trigram overlap is at most 0.7. A pair without a
+  score (null or NaN: the two-column ParaNMT file, whose makers filtered it already, or an
+  unscored part concatenated with scored ones) is not judged by the score filter; the other
+  filters apply to it, and the report's ``notes`` count the kept ones as
+  ``score_filter_skipped``.
 
 **Trigram overlap** of a pair: lowercase and word-tokenize both sides (:func:`word_tokenize`);
 take the side with fewer trigrams (the source side on a tie); overlap = the number of its
@@ -129,10 +133,10 @@ def _paraphrase_verdicts(
     src, tgt = batch.column("src").to_pylist(), batch.column("tgt").to_pylist()
     mean = mean_token_counts(src, tgt)
     score = batch.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
+    # a missing score is NaN here, which no comparison holds for: such pairs pass both
     failed = [
         ("too_short", mean < config.paraphrase_min_mean_tokens),
         ("too_long", mean > config.paraphrase_max_mean_tokens),
-        ("score_missing", np.isnan(score)),
         ("score_too_low", score < config.min_score),
         ("score_too_high", score > config.max_score),
     ]
@@ -156,8 +160,10 @@ def filter_pairs(
 
     Each dropped pair is counted once, under the first filter it fails, in this order:
     bitext ``src_too_short``, ``src_too_long``; paraphrase ``too_short``, ``too_long``
-    (mean length), ``score_missing`` (NaN), ``score_too_low``, ``score_too_high``,
-    ``trigram_overlap``. Text is written unchanged; a ``score`` column is passed through.
+    (mean length), ``score_too_low``, ``score_too_high``, ``trigram_overlap``. A paraphrase
+    pair without a score skips the two score filters; those kept are counted in the report's
+    ``notes`` as ``score_filter_skipped``. Text is written unchanged; a ``score`` column is
+    passed through.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
@@ -180,4 +186,11 @@ def filter_pairs(
                 dropped |= failed
             writer.write_batch(batch.filter(pa.array(~dropped)))
             report.n_out += int((~dropped).sum())
+            if kind == "paraphrase":
+                report.note("score_filter_skipped", int((~dropped & _unscored(batch)).sum()))
     return report.finish()
+
+
+def _unscored(batch: pa.RecordBatch) -> np.ndarray:
+    """Which pairs have no score (null, or NaN)."""
+    return np.isnan(batch.column("score").to_numpy(zero_copy_only=False).astype(np.float64))

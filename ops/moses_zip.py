@@ -463,17 +463,6 @@ def _blank_indices(lines: list[str]) -> set[int]:
     return set(compress(range(len(lines)), map(not_, map(str.strip, lines))))
 
 
-def read_moses_zip(
-    zip_path: str | Path, *, corpus: str, src_lang: str, tgt_lang: str, report: StageReport
-) -> Iterator[tuple[str, str]]:
-    """Stream ``(src, tgt)`` pairs from an OPUS moses zip: :func:`read_moses_zip_batches`
-    pair by pair, for callers that want tuples."""
-    for sources, targets in read_moses_zip_batches(
-        zip_path, corpus=corpus, src_lang=src_lang, tgt_lang=tgt_lang, report=report
-    ):
-        yield from zip(sources.to_pylist(), targets.to_pylist(), strict=True)
-
-
 def read_moses_zip_batches(
     zip_path: str | Path,
     *,

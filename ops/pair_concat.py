@@ -25,8 +25,8 @@ def concat_pair_files(
     """Write the pairs of ``inputs``, in order, to one pair file; nothing is dropped.
 
     All inputs must have the same languages. If any has a score column, the output has one and
-    pairs from inputs without scores get NaN (the paraphrase filter drops them as
-    ``score_missing``). If any has a ``corpus`` column, so has the output, and the pairs of an
+    pairs from inputs without scores get NaN (no score: the paraphrase filter does not judge
+    them by score, see :func:`ops.filters.filter_pairs`). If any has a ``corpus`` column, so has the output, and the pairs of an
     input without one are labelled with the input's name (``part-inbox.parquet``: ``inbox``).
 
     Raises:

@@ -4,7 +4,8 @@ Each file is embedded chunk by chunk into a float32 ``.npy`` memory map in a tem
 directory beside the output, so memory does not grow with the files; the search itself is
 blocked (:mod:`psp_core.bitext_mining.search`). Sentences are read back for the output by their
 byte offsets, so no list of all lines is kept either. The output is written under a temporary
-name and renamed when complete.
+name and renamed when complete (a device, a FIFO or standard output, ``-``, is written into;
+a link's target is replaced: :func:`psp_core.files.output_targets.resolve_output`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from psp_core.bitext_mining.margin import mine
 from psp_core.bitext_mining.search import DEFAULT_BLOCK_SIZE
 from psp_core.files.output_dirs import work_directory_beside
 from psp_core.files.output_files import NpyWriter, replaced_when_done, write_error
+from psp_core.files.output_targets import OutputTarget, resolve_output
 from psp_core.inference.model import PSPModel
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,7 @@ def mine_files(
     model: PSPModel,
     source_file: str | Path,
     target_file: str | Path,
-    output_file: str | Path,
+    output_file: str | Path | OutputTarget,
     *,
     k: int = 4,
     mode: str = "intersection",
@@ -118,11 +120,10 @@ def mine_files(
     options. A tab inside a sentence is written as a space so the output stays three columns.
     """
     source, target = LineFile(source_file), LineFile(target_file)
-    output = Path(output_file)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    output = resolve_output(output_file)
     log.info("embedding %d source and %d target sentences", len(source), len(target))
-    # named like every temporary of this output (NAME.tmp-<pid>): a later run removes it if
-    # this one is killed
+    # named like every temporary of this output (NAME.tmp-<pid>, beside its target): a later run
+    # removes it if this one is killed
     with work_directory_beside(output) as work:
         source_vectors = embed_to_memmap(model, source, Path(work) / "source.npy", batch_size)
         target_vectors = embed_to_memmap(model, target, Path(work) / "target.npy", batch_size)
@@ -146,4 +147,4 @@ def mine_files(
                 for score, a, b in zip(pairs.scores[start:stop], src, tgt, strict=True)
             )
     log.info("wrote %d pairs to %s", len(pairs), output)
-    return MiningReport(len(source), len(target), len(pairs), output)
+    return MiningReport(len(source), len(target), len(pairs), Path(output))

@@ -86,6 +86,20 @@ class Corpus:
         if texts:
             yield Batch(texts, ids)
 
+    def locate(self, index: int) -> str:
+        """Where the ``index``-th record (0-based, the position of its vector) is, for a message:
+        ``NAME:LINE`` for text and JSON Lines (blank lines counted, so the line an editor
+        shows), ``NAME: row N`` for Parquet. A JSON Lines file is read again up to the record:
+        this runs for an error message, never per record."""
+        if self.format == "parquet":
+            return f"{self.name}: row {index}"
+        if self.format == "text":
+            return f"{self.name}:{index + 1}"
+        for position, (number, _) in enumerate(self._json_lines()):
+            if position == index:
+                return f"{self.name}:{number}"
+        return f"{self.name}: record {index + 1}"
+
     def _text_batches(self, size: int) -> Iterator[Batch]:
         texts: list[str] = []
         for _, lines in read_line_blocks(self.path, self.name):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,11 +13,23 @@ from pathlib import Path
 from tqdm import tqdm
 
 from psp_core.cli.arguments import add_model_runtime_arguments, positive_int
-from psp_core.cli.corpus_files import DEFAULT_TEXT_FIELD, INPUT_FORMATS, Corpus, guess_input_format
+from psp_core.cli.corpus_files import (
+    DEFAULT_TEXT_FIELD,
+    INPUT_FORMATS,
+    Corpus,
+    CorpusError,
+    guess_input_format,
+)
 from psp_core.cli.errors import CliError, require_file
-from psp_core.cli.vector_writers import WriteBehind, is_parquet_output, open_vector_writer
+from psp_core.cli.vector_writers import (
+    IdTypeError,
+    WriteBehind,
+    is_parquet_output,
+    open_vector_writer,
+)
 from psp_core.files.output_dirs import work_directory_beside
-from psp_core.files.output_files import check_output_file, replaced_when_done
+from psp_core.files.output_files import OutputError, check_output_file, replaced_when_done
+from psp_core.files.output_targets import OutputTarget
 from psp_core.inference.model import EMBED_BATCH_SIZE, load_model
 from psp_core.inference.multiprocess_embed import MIN_SENTENCES_PER_WORKER
 from psp_core.inference.prefaulted_arrays import page_aligned_float32
@@ -58,7 +70,8 @@ def add_embed_parser(commands) -> None:
     embed.add_argument(
         "--output-file",
         required=True,
-        help="a .npy file (float32 [n, dim]), or .parquet (an id column and 'embedding')",
+        help="a .npy file (float32 [n, dim]), or .parquet (an id column and 'embedding'); "
+        "- writes the .npy array to standard output, a device or FIFO is written into",
     )
     embed.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)
     embed.add_argument("--normalize", action="store_true", help="unit-length vectors")
@@ -102,13 +115,44 @@ def cmd_embed(args: argparse.Namespace) -> None:
     # standard input is read once into a work folder beside the output (the array's header
     # needs the count first), never into memory; removed when done, or by the next run
     with work_directory_beside(output) as work:
-        spooled = work / "standard-input"
-        with open(spooled, "wb") as handle:
-            shutil.copyfileobj(sys.stdin.buffer, handle, 1 << 20)
+        spooled = spool_standard_input(work / "standard-input")
         _embed_corpus(model, corpus_at(spooled, "standard input"), output, dim, args)
 
 
-def _check_corpus_arguments(args: argparse.Namespace, input_format: str, output: Path) -> None:
+def spool_standard_input(spooled: Path) -> Path:
+    """Copy standard input into the new file ``spooled``; a write that fails (a full disk) is
+    an :class:`OutputError` naming the spool, a read that fails names standard input."""
+    try:
+        fd = os.open(spooled, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as error:
+        raise _spool_error(spooled, error) from error
+    try:
+        while block := _read_standard_input():
+            view = memoryview(block)
+            while view:  # a write may take part of the block (the disk filling up)
+                view = view[os.write(fd, view) :]
+    except OSError as error:
+        raise _spool_error(spooled, error) from error
+    finally:
+        os.close(fd)
+    return spooled
+
+
+def _read_standard_input() -> bytes:
+    try:
+        return sys.stdin.buffer.read(1 << 20)
+    except OSError as error:
+        raise OutputError(f"cannot read standard input: {error.strerror}") from error
+
+
+def _spool_error(spooled: Path, error: OSError) -> OutputError:
+    reason = error.strerror or str(error)
+    return OutputError(f"{reason[:1].lower()}{reason[1:]} spooling standard input to {spooled}")
+
+
+def _check_corpus_arguments(
+    args: argparse.Namespace, input_format: str, output: OutputTarget
+) -> None:
     if input_format == "text" and (args.field or args.id_field):
         option = "--field" if args.field else "--id-field"
         raise CliError(
@@ -121,7 +165,7 @@ def _check_corpus_arguments(args: argparse.Namespace, input_format: str, output:
         )
 
 
-def _embed_corpus(model, corpus: Corpus, output: Path, dim: int, args) -> None:
+def _embed_corpus(model, corpus: Corpus, output: OutputTarget, dim: int, args) -> None:
     started = time.perf_counter()
     count = corpus.count()
     progress = tqdm(
@@ -137,20 +181,23 @@ def _embed_corpus(model, corpus: Corpus, output: Path, dim: int, args) -> None:
     chunk = EMBED_CHUNK if model.workers == 1 else 2 * model.workers * MIN_SENTENCES_PER_WORKER
     # (page-aligned, so that an .npy output is written past the page cache: direct_writes.py)
     buffers = [page_aligned_float32((min(count, chunk), model.dim)) for _ in "ab"]
-    with replaced_when_done(output) as handle, progress:
-        writer = open_vector_writer(handle, output, count, dim, args.id_field)
-        with writer, WriteBehind(writer) as behind:
-            for index, batch in enumerate(corpus.batches(chunk)):
-                vectors = model.embed(
-                    batch.texts,
-                    batch_size=args.batch_size,
-                    normalize=args.normalize,
-                    dim=args.dim,
-                    out=buffers[index % 2][: len(batch.texts)],
-                )
-                behind.write(vectors, batch.ids)
-                progress.update(len(batch.texts))
-            behind.close()
+    try:
+        with replaced_when_done(output) as handle, progress:
+            writer = open_vector_writer(handle, output, count, dim, args.id_field)
+            with writer, WriteBehind(writer) as behind:
+                for index, batch in enumerate(corpus.batches(chunk)):
+                    vectors = model.embed(
+                        batch.texts,
+                        batch_size=args.batch_size,
+                        normalize=args.normalize,
+                        dim=args.dim,
+                        out=buffers[index % 2][: len(batch.texts)],
+                    )
+                    behind.write(vectors, batch.ids)
+                    progress.update(len(batch.texts))
+                behind.close()
+    except IdTypeError as error:  # the writer knows the vector; the corpus knows its line
+        raise CorpusError(f"{corpus.locate(error.vector)}: {error.detail}") from error
     seconds = time.perf_counter() - started
     log.info(
         "wrote %d x %d embeddings to %s in %.1f s (%.0f sentences/s from the model loaded to "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 
@@ -17,14 +15,6 @@ def require_file(path: Path, what: str) -> Path:
     if not path.is_file():
         raise CliError(f"{what} {path} is not a file")
     return path
-
-
-def abandon_stdout() -> None:
-    """Point standard output at /dev/null, so that the interpreter's last flush of what could
-    not be written does not fail again at exit (the recipe of Python's ``signal`` docs)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 def one_line(error: Exception) -> str:

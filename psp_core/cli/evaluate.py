@@ -15,6 +15,7 @@ from psp_core.files.output_files import (
     check_output_file,
     replaced_when_done,
 )
+from psp_core.files.output_targets import STANDARD_OUTPUT
 from psp_core.inference.model import load_model
 
 log = logging.getLogger("psp")
@@ -29,7 +30,11 @@ def add_evaluate_parser(commands) -> None:
         "--eval-dir", required=True, help="sts/YEAR/*.tsv, sts17/, stsb/, tatoeba/ (see README)"
     )
     evaluate.add_argument("--suites", default="sts,sts17,stsb,tatoeba,speed")
-    evaluate.add_argument("--output-json", help="also write the results as JSON here")
+    evaluate.add_argument(
+        "--output-json",
+        help="also write the results as JSON here; - writes them to standard output (the "
+        "tables then go to standard error)",
+    )
     evaluate.add_argument(
         "--tatoeba-languages", help="comma-separated LASER codes (default: all present)"
     )
@@ -85,7 +90,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     )
     if not (results.sts or results.sts17 or results.stsb or results.tatoeba or results.speed):
         raise _nothing_to_evaluate(eval_dir, suites)
-    sys.stdout.write(results.to_markdown())
+    # with the JSON on standard output, the tables for people go beside the logs
+    tables = sys.stderr if output and output.kind == STANDARD_OUTPUT else sys.stdout
+    tables.write(results.to_markdown())
     if output:
         with replaced_when_done(output, "w") as handle:
             handle.write(json.dumps(results.to_dict(), indent=2) + "\n")

@@ -13,7 +13,7 @@ from signal import SIGHUP, SIGINT, SIGTERM
 
 from psp_core.cli.bundles import add_export_parser, add_info_parser
 from psp_core.cli.embed import add_embed_parser
-from psp_core.cli.errors import CliError, abandon_stdout, one_line
+from psp_core.cli.errors import CliError, one_line
 from psp_core.cli.evaluate import add_evaluate_parser, add_fetch_eval_data_parser
 from psp_core.cli.mine import add_mine_parser
 from psp_core.cli.models import add_models_parser
@@ -21,7 +21,7 @@ from psp_core.cli.score import add_score_parser
 from psp_core.cli.serve import add_serve_parser
 from psp_core.cli.train import add_train_parser
 from psp_core.files.download import DownloadError
-from psp_core.files.output_files import OutputError
+from psp_core.files.output_files import OutputError, abandon_stdout
 from psp_core.models.bundle import BundleError
 from psp_core.training import CheckpointWriteError, NonFiniteLossError
 from psp_core.training.training_file import TrainingFileError

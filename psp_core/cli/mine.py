@@ -20,7 +20,11 @@ def add_mine_parser(commands) -> None:
     mine.add_argument("--model", required=True)
     mine.add_argument("--source-file", required=True, help="one sentence per line")
     mine.add_argument("--target-file", required=True, help="one sentence per line")
-    mine.add_argument("--output-file", required=True, help="TSV score<TAB>source<TAB>target")
+    mine.add_argument(
+        "--output-file",
+        required=True,
+        help="TSV score<TAB>source<TAB>target; - writes it to standard output",
+    )
     mine.add_argument(
         "--mode", choices=["forward", "backward", "intersection"], default="intersection"
     )
@@ -40,13 +44,13 @@ def cmd_mine(args: argparse.Namespace) -> None:
     target = require_file(Path(args.target_file), "target file")
     if args.k < 1:
         raise CliError(f"--k must be >= 1, got {args.k}")
-    check_output_file(args.output_file, inputs=(source, target, args.model))
+    output = check_output_file(args.output_file, inputs=(source, target, args.model))
     model = load_model(args.model, num_threads=args.threads)
     report = mine_files(
         model,
         source,
         target,
-        args.output_file,
+        output,
         k=args.k,
         mode=args.mode,
         threshold=args.threshold,

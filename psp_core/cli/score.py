@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -11,8 +10,8 @@ from pathlib import Path
 from psp_core.cli.arguments import add_model_runtime_arguments
 from psp_core.cli.corpus_files import read_lines
 from psp_core.cli.embed import CHUNK_LINES, checked_dim
-from psp_core.cli.errors import CliError, abandon_stdout, require_file
-from psp_core.files.output_files import check_output_file, replaced_when_done, write_error
+from psp_core.cli.errors import CliError, require_file
+from psp_core.files.output_files import check_output_file, replaced_when_done
 from psp_core.inference.model import EMBED_BATCH_SIZE, load_model
 
 
@@ -20,7 +19,11 @@ def add_score_parser(commands) -> None:
     score = commands.add_parser("score", help="cosine similarity of s1<TAB>s2 lines")
     score.add_argument("--sentence-pair-file", required=True)
     score.add_argument("--model", required=True)
-    score.add_argument("--output-file", help="default: standard output")
+    score.add_argument(
+        "--output-file",
+        default="-",
+        help="default (and -): standard output; a device or FIFO is written into",
+    )
     score.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)
     score.add_argument("--threads", type=int, default=1)
     add_model_runtime_arguments(score)
@@ -56,19 +59,10 @@ def _write_scores(handle, model, source: Path, batch_size: int, dim: int | None)
 
 def cmd_score(args: argparse.Namespace) -> None:
     source = require_file(Path(args.sentence_pair_file), "sentence pair file")
-    inputs = (source, args.model)
-    output = check_output_file(args.output_file, inputs=inputs) if args.output_file else None
+    output = check_output_file(args.output_file, inputs=(source, args.model))
     model = load_model(args.model, num_threads=args.threads, dtype=args.dtype, device=args.device)
     checked_dim(args.dim, model)
-    if output:
-        with replaced_when_done(output, "w") as handle:
-            _write_scores(handle, model, source, args.batch_size, args.dim)
-        return
-    try:
-        _write_scores(sys.stdout, model, source, args.batch_size, args.dim)
-        sys.stdout.flush()
-    except OSError as error:
-        if isinstance(error, BrokenPipeError) or error.filename is not None:
-            raise
-        abandon_stdout()
-        raise write_error("standard output", error) from error
+    # streamed as it is computed: a file is renamed into place at the end, standard output, a
+    # device or a FIFO receive each chunk as it is scored
+    with replaced_when_done(output, "w") as handle:
+        _write_scores(handle, model, source, args.batch_size, args.dim)

@@ -1,8 +1,14 @@
 """Where ``psp embed`` writes its vectors: a ``.npy`` array or a Parquet file with an id column
-beside each vector, written behind the embedding on a thread of its own."""
+beside each vector, written behind the embedding on a thread of its own.
+
+Both formats stream: the ``.npy`` header needs the row count first, which ``psp embed`` has
+counted before it writes, and a Parquet file is written front to back (row groups, then the
+footer), so either goes into a device, a FIFO or standard output as into a file; only a file
+gets its space reserved up front (and ``.npy`` rows written past the page cache)."""
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
@@ -13,7 +19,8 @@ import pyarrow.parquet as pq
 
 from psp_core.cli.corpus_files import CorpusError
 from psp_core.files.direct_writes import DirectNpyWriter
-from psp_core.files.output_files import reserve_space
+from psp_core.files.output_files import NpyWriter, reserve_space
+from psp_core.files.output_targets import OutputTarget
 
 #: the Parquet output's id column when no id field is named: the vector's 0-based position
 ROW_COLUMN = "row"
@@ -25,14 +32,26 @@ def is_parquet_output(path: str | Path) -> bool:
 
 
 def open_vector_writer(
-    handle: IO[bytes], output: Path, count: int, dim: int, id_field: str | None
-) -> DirectNpyWriter | ParquetVectorWriter:
-    """The writer of ``count`` vectors of ``dim`` for ``output`` (Parquet by its suffix, else
-    ``.npy``, written past the page cache where it can) on ``handle``; space is reserved first,
-    so a full disk fails here."""
+    handle: IO[bytes], output: OutputTarget, count: int, dim: int, id_field: str | None
+) -> NpyWriter | ParquetVectorWriter:
+    """The writer of ``count`` vectors of ``dim`` for ``output`` (Parquet by the suffix of the
+    name given, else ``.npy``) on ``handle``. Into a file, space is reserved first, so a full
+    disk fails here, and ``.npy`` rows are written past the page cache where they can; into a
+    stream (``output.streamed``) every byte is appended in order."""
     if is_parquet_output(output):
-        return ParquetVectorWriter(handle, count, dim, id_field)
+        return ParquetVectorWriter(handle, count, dim, id_field, reserve=not output.streamed)
+    if output.streamed:
+        return NpyWriter(handle, (count, dim), reserve=False)
     return DirectNpyWriter(handle, (count, dim))
+
+
+class IdTypeError(CorpusError):
+    """An id that does not convert to the type of the ids before it. ``vector`` is its position
+    among the vectors, which the caller turns into the line or row of the corpus."""
+
+    def __init__(self, vector: int, detail: str) -> None:
+        super().__init__(f"vector {vector}: {detail}")
+        self.vector, self.detail = vector, detail
 
 
 class WriteBehind:
@@ -77,16 +96,20 @@ class ParquetVectorWriter:
     """Write ``count`` vectors as a Parquet file: an id column (the input's id field, or the
     vector's 0-based ``row``) beside ``embedding``, a fixed-size list of ``dim`` float32.
 
-    Space for the vectors is reserved first (a full disk fails before any embedding) and given
-    back when the file is closed. Ids keep the type of the first batch's ids."""
+    With ``reserve`` (a file), space for the vectors is reserved first (a full disk fails
+    before any embedding) and given back when the file is closed; without it (a stream) the
+    handle is only appended to. Ids keep the type of the first batch's ids; one that does not
+    convert to it is an :class:`IdTypeError` naming its vector."""
 
-    def __init__(self, handle: IO[bytes], count: int, dim: int, id_column: str | None) -> None:
+    def __init__(
+        self, handle: IO[bytes], count: int, dim: int, id_column: str | None, *, reserve=True
+    ) -> None:
         self.handle, self.count, self.dim = handle, count, dim
         self.id_column = id_column or ROW_COLUMN
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None
         self._id_type: pa.DataType = pa.int64()
-        reserve_space(handle, count * dim * 4)
+        self.reserved = reserve and reserve_space(handle, count * dim * 4)
         if count == 0:
             self._open()
 
@@ -117,21 +140,26 @@ class ParquetVectorWriter:
         if self.rows != self.count:
             raise ValueError(f"{self.rows} rows written, {self.count} announced")
         self._writer.close()
-        self.handle.truncate(self.handle.tell())  # the reserved space the file did not use
+        if self.reserved:
+            self.handle.truncate(self.handle.tell())  # the reserved space the file did not use
 
     def _ids(self, ids: list | pa.Array | None, n: int) -> pa.Array:
         if ids is None:
             return pa.array(np.arange(self.rows, self.rows + n, dtype=np.int64))
         if len(ids) != n:
             raise ValueError(f"{len(ids)} ids for {n} vectors")
+        column_type = self._id_type if self._writer is not None else None
         try:
             array = ids if isinstance(ids, pa.Array) else pa.array(ids)
-            if self._writer is not None and array.type != self._id_type:
-                array = array.cast(self._id_type)
+            if column_type is not None and array.type != column_type:
+                array = array.cast(column_type)
         except pa.ArrowException as error:  # a value or a type that does not convert
-            raise CorpusError(
-                f'id field "{self.id_column}": values of different types near vector '
-                f"{self.rows} ({error})"
+            index, column_type = _first_misfit(ids, column_type)
+            before = f", where the ids before it are {column_type}" if column_type else ""
+            raise IdTypeError(
+                self.rows + index,
+                f'id field "{self.id_column}" is {_described(ids[index])}{before}; an id '
+                "field's values must all convert to one type",
             ) from error
         if pa.types.is_null(array.type):
             array = array.cast(pa.string())
@@ -154,3 +182,40 @@ class ParquetVectorWriter:
             use_dictionary=[self.id_column],
             write_statistics=[self.id_column],
         )
+
+
+def _first_misfit(
+    ids: list | pa.Array, column_type: pa.DataType | None
+) -> tuple[int, pa.DataType | None]:
+    """Where a batch of ids that Arrow refused goes wrong: the first id that, alone, does not
+    convert to ``column_type`` (the type of the ids written so far; when none were, the type of
+    the batch's first id), and that type. Only runs once a batch failed, so its cost is that of
+    an error message."""
+    values = ids.to_pylist() if isinstance(ids, pa.Array) else ids
+    for index, value in enumerate(values):
+        if value is None:
+            continue
+        try:
+            own = pa.array([value])
+            if column_type is None:
+                column_type = own.type
+            elif own.type != column_type:
+                own.cast(column_type)
+        except pa.ArrowException:
+            return index, column_type
+    # every id converts alone (ints and strings of digits): the first of another type
+    for index, value in enumerate(values):
+        if value is not None and pa.array([value]).type != column_type:
+            return index, column_type
+    return 0, column_type
+
+
+def _described(value) -> str:
+    """An id for a message: ``the string "abc"``, ``the number 7``, ``an array``."""
+    if isinstance(value, pa.Scalar):
+        value = value.as_py()
+    kind = {str: "the string", bool: "the boolean", int: "the number", float: "the number"}
+    if type(value) in kind:
+        text = json.dumps(value, ensure_ascii=False)
+        return f"{kind[type(value)]} {text if len(text) <= 60 else text[:57] + '...'}"
+    return "an array" if isinstance(value, list) else "an object"

@@ -12,7 +12,9 @@ the old directory back (:func:`psp_core.files.stale_temps.remove_stale_temps_bes
 :func:`directory_written_then_replaced` wraps the whole sequence: the temporary directory is
 created empty, filled by the caller, given the umask's modes (libraries such as safetensors
 write through 0600 temporary files), swapped in; it is removed if anything fails, Ctrl-C and
-SIGTERM included.
+SIGTERM included. A folder output that is a symbolic link is followed
+(:func:`psp_core.files.output_targets.resolve_output`): its target folder is replaced, from a
+temporary beside the target, and the link is kept.
 """
 
 from __future__ import annotations
@@ -23,10 +25,17 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from psp_core.files.output_targets import (
+    OutputError,
+    OutputTarget,
+    remove_stale_temps_of,
+    resolve_output,
+)
 from psp_core.files.stale_temps import remove_stale_temps_beside
 
 _RENAME_EXCHANGE = 2
@@ -115,40 +124,65 @@ def temporary_beside(final: Path) -> Path:
     return final.with_name(f"{final.name}.tmp-{os.getpid()}")
 
 
-def _fresh_temporary(final: str | Path) -> tuple[Path, Path]:
-    """``final`` made absolute, and its empty temporary beside it (``NAME.tmp-PID``), after
-    removing (or putting back) what killed writers of ``final`` left."""
-    final = Path(os.path.abspath(final))
-    if not final.name:
-        raise ValueError(f"{final} names no folder to write")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps_beside(final)
-    tmp = temporary_beside(final)
+def _fresh_temporary(output: OutputTarget, anchor: Path) -> Path:
+    """The empty temporary beside ``anchor`` (``NAME.tmp-PID``), after removing (or putting
+    back) what killed writers of ``output`` and of ``anchor`` left."""
+    if not anchor.name:
+        raise ValueError(f"{anchor} names no folder to write")
+    anchor.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps_of(output)
+    if anchor != output.target:
+        remove_stale_temps_beside(anchor)
+    tmp = temporary_beside(anchor)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    return final, tmp
+    return tmp
+
+
+def _folder_target(final: str | Path) -> OutputTarget:
+    """``final`` resolved as a folder output: a link's target folder is replaced, the link kept."""
+    output = resolve_output(final)
+    if output.streamed:
+        raise OutputError(f"{output.shown} is not a folder: a folder cannot be written into it")
+    return output
 
 
 @contextmanager
 def directory_written_then_replaced(final: str | Path) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``final``; when the block ends normally it
     takes the name ``final`` (:func:`replace_directory`), otherwise it is removed. Temporaries
-    that killed writers of ``final`` left are removed (or put back) first."""
-    final, tmp = _fresh_temporary(final)
+    that killed writers of ``final`` left are removed (or put back) first.
+
+    A ``final`` that is a symbolic link is followed: the temporary is made beside its target
+    (the same file system) and replaces the target, and the link is kept."""
+    output = _folder_target(final)
+    tmp = _fresh_temporary(output, output.target)
     try:
         yield tmp
         umask_modes(tmp)
-        replace_directory(tmp, final)
+        replace_directory(tmp, output.target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
+#: what the scratch folder of an output that is written into (a device, FIFO, standard output)
+#: is named after, in the system's temporary folder: it cannot be made beside such an output
+STREAM_WORK = "psp-work"
+
+
 @contextmanager
-def work_directory_beside(output: str | Path) -> Iterator[Path]:
-    """A scratch directory beside ``output`` (``NAME.tmp-PID``), removed when the block ends;
-    what killed runs left beside ``output`` is removed first."""
-    _, work = _fresh_temporary(output)
+def work_directory_beside(output: str | Path | OutputTarget) -> Iterator[Path]:
+    """A scratch directory beside ``output``'s target (``NAME.tmp-PID``), removed when the block
+    ends; what killed runs left there is removed first. For an output written into (a device,
+    a FIFO, standard output), whose folder may be /dev or /proc, it is ``psp-work.tmp-PID`` in
+    the system's temporary folder (``$TMPDIR``) instead."""
+    output = resolve_output(output)
+    if output.streamed:
+        anchor = Path(tempfile.gettempdir()).absolute() / STREAM_WORK
+    else:
+        anchor = output.target
+    work = _fresh_temporary(output, anchor)
     try:
         yield work
     finally:

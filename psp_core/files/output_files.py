@@ -2,6 +2,12 @@
 synced and renamed into place, removed when anything fails, and every write error reported as
 one line naming the output (``no space left on device writing vectors.npy``).
 
+What a path names decides how it is written (:func:`psp_core.files.output_targets.resolve_output`):
+a regular file, or nothing yet, is replaced as above; a symbolic link is followed and its
+target replaced, the temporary beside the target; a device, a FIFO, an open descriptor
+(``/dev/stdout``) or ``-`` (standard output) is written into, front to back, without a
+temporary.
+
 Outputs never clobber what is not theirs (:func:`check_output_file`,
 :func:`check_output_directory`): an output that is one of the command's inputs, contains one, or
 lies inside an input folder is refused, always; an existing non-empty folder is replaced only
@@ -21,6 +27,7 @@ import errno
 import io
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from math import prod
@@ -29,11 +36,15 @@ from typing import IO
 
 import numpy as np
 
-from psp_core.files.stale_temps import remove_stale_temps_beside
-
-
-class OutputError(Exception):
-    """An output path that cannot be written: printed by the CLI as one line, exit code 2."""
+from psp_core.files.output_targets import (
+    DIRECTORY,
+    STANDARD_OUTPUT,
+    STREAM,
+    OutputError,
+    OutputTarget,
+    remove_stale_temps_of,
+    resolve_output,
+)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -43,8 +54,10 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")
 
 
-def _check_parent(path: Path, what: str) -> None:
-    existing = _nearest_existing(path.parent.absolute())
+def _check_parent(path: str | Path, target: Path, what: str) -> None:
+    """Refuse ``path`` (named so) when the folder its ``target`` is written in cannot be made or
+    written (the temporary is created there)."""
+    existing = _nearest_existing(target.parent)
     if not existing.is_dir():
         raise OutputError(f"{what} {path}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -83,15 +96,20 @@ def check_not_an_input(
 
 def check_output_file(
     path: str | Path, what: str = "output file", *, inputs: Iterable[str | Path | None] = ()
-) -> Path:
-    """Refuse, before any work, a file path that is a directory, cannot be created, or is (or
-    lies inside) one of ``inputs``."""
-    path = Path(path)
-    if path.is_dir():
+) -> OutputTarget:
+    """Refuse, before any work, a file path that is a directory, cannot be created, is a device
+    or FIFO that cannot be opened for writing, or is (or lies inside) one of ``inputs``, links
+    followed. Returns the output resolved (:func:`resolve_output`): how it will be written."""
+    output = resolve_output(path)
+    if output.kind == DIRECTORY:
         raise OutputError(f"{what} {path} is a directory; expected a file name")
-    _check_parent(path, what)
-    check_not_an_input(path, inputs, what)
-    return path
+    if output.kind == STREAM and not os.access(output.target, os.W_OK):
+        raise OutputError(f"{what} {path}: cannot write to it (permission denied)")
+    if not output.streamed:
+        _check_parent(path, output.target, what)
+    if output.kind != STANDARD_OUTPUT:
+        check_not_an_input(path, inputs, what)
+    return output
 
 
 def check_output_directory(
@@ -103,12 +121,16 @@ def check_output_directory(
     overwrite: bool = False,
     inputs: Iterable[str | Path | None] = (),
 ) -> Path:
-    """Refuse, before any work, a directory path that is a file, cannot be created, is (or
-    contains, or lies inside) one of ``inputs``, or (with ``is_ours``) is an existing non-empty
-    directory that ``is_ours`` does not recognize as an earlier output of the same kind (named
-    ``ours`` in the message), unless ``overwrite``."""
+    """Refuse, before any work, a directory path that is a file, a device, a FIFO or standard
+    output, cannot be created, is (or contains, or lies inside) one of ``inputs``, or (with
+    ``is_ours``) is an existing non-empty directory that ``is_ours`` does not recognize as an
+    earlier output of the same kind (named ``ours`` in the message), unless ``overwrite``. A
+    link is followed: its target is what is checked, and what will be replaced."""
+    output = resolve_output(path)
+    if output.kind == STANDARD_OUTPUT:
+        raise OutputError(f"{what} - is standard output, not a folder (./- names a folder -)")
     path = Path(path)
-    target = _absolute(path)
+    target = output.target
     if not target.name:
         raise OutputError(f"{what} {path} names no folder that can be written")
     here = _absolute(os.getcwd())
@@ -117,9 +139,9 @@ def check_output_directory(
             f"{what} {path} is the current directory or holds it; name the folder to write, "
             f"such as {Path(path) / 'model'}"
         )
-    if os.path.lexists(path) and not path.is_dir():
+    if os.path.lexists(target) and output.kind != DIRECTORY:
         raise OutputError(f"{what} {path} exists and is not a directory")
-    _check_parent(path, what)
+    _check_parent(path, target, what)
     check_not_an_input(path, inputs, what)
     if is_ours is not None and not overwrite and path.is_dir() and not is_ours(path):
         if any(os.scandir(path)):
@@ -151,13 +173,23 @@ def write_error(path: str | Path, error: BaseException) -> OutputError:
 
 
 @contextmanager
-def replaced_when_done(path: str | Path, mode: str = "wb") -> Iterator[IO]:
-    """Open a temporary file beside ``path``; rename it onto ``path`` when the block ends
-    normally, remove it otherwise (Ctrl-C and SIGTERM included, where the CLI turns SIGTERM into
-    an exception). Temporaries that killed writers of ``path`` left are removed first. Write errors become :class:`OutputError` naming ``path``."""
-    path = Path(path)
+def replaced_when_done(output: str | Path | OutputTarget, mode: str = "wb") -> Iterator[IO]:
+    """Open ``output`` for writing as its kind asks (:func:`resolve_output`), and yield the handle.
+
+    A regular file (or a new one, or the target of a link) is written as a temporary file beside
+    it, synced and renamed onto it when the block ends normally, removed otherwise (Ctrl-C and
+    SIGTERM included, where the CLI turns SIGTERM into an exception); temporaries that killed
+    writers of it left are removed first. A device, FIFO, descriptor or standard output is
+    written into (:func:`written_into`). Write errors become :class:`OutputError` naming the
+    output."""
+    output = resolve_output(output)
+    if output.streamed:
+        with written_into(output, mode) as handle:
+            yield handle
+        return
+    path = output.target
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps_beside(path)  # what killed runs of this output left
+    remove_stale_temps_of(output)  # what killed runs of this output left
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     encoding = None if "b" in mode else "utf-8"
     try:
@@ -170,10 +202,90 @@ def replaced_when_done(path: str | Path, mode: str = "wb") -> Iterator[IO]:
         tmp.unlink(missing_ok=True)
         if error.filename not in (None, str(tmp)):
             raise  # not this output's fault (an input, say): the error names its own file
-        raise write_error(path, error) from error
+        raise write_error(output.shown, error) from error
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def written_into(output: OutputTarget, mode: str = "wb") -> Iterator[IO]:
+    """Write into a device, a FIFO, a descriptor or standard output, in place, front to back
+    (what ``cp`` and ``tee`` do): opened as it is (a FIFO's open waits for a reader), flushed
+    and, where the kind allows, synced when the block ends. What was written stays when the
+    block fails: a stream cannot be taken back. A reader that went away (EPIPE) ends the
+    command quietly, as for any pipe; other write errors become :class:`OutputError` naming
+    the output."""
+    if output.kind == STANDARD_OUTPUT:
+        with _standard_output(mode) as handle:
+            yield handle
+        return
+    sys.stdout.flush()  # what the command printed comes first when this is /dev/stdout
+    try:
+        handle = open(output.target, mode, encoding=None if "b" in mode else "utf-8")
+    except OSError as error:
+        raise write_error(output.shown, error) from error
+    try:
+        yield handle
+        handle.flush()
+        _sync_if_possible(handle)
+        handle.close()
+    except BrokenPipeError:
+        _close_quietly(handle)
+        raise
+    except OSError as error:
+        _close_quietly(handle)
+        if error.filename not in (None, str(output.target)):
+            raise
+        raise write_error(output.shown, error) from error
+    except BaseException:
+        _close_quietly(handle)
+        raise
+
+
+@contextmanager
+def _standard_output(mode: str) -> Iterator[IO]:
+    """The process's standard output (its bytes for a binary ``mode``), flushed at the end and
+    left open. When it cannot be written (a full disk), it is pointed at /dev/null so that the
+    interpreter's last flush does not fail again at exit."""
+    sys.stdout.flush()
+    handle = sys.stdout.buffer if "b" in mode else sys.stdout
+    try:
+        yield handle
+        handle.flush()
+    except BrokenPipeError:
+        raise  # the reader stopped (psp score | head): the CLI stops quietly
+    except OSError as error:
+        if error.filename is not None:
+            raise  # an input's error
+        abandon_stdout()
+        raise write_error("standard output", error) from error
+
+
+def abandon_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's last flush of what could
+    not be written does not fail again at exit (the recipe of Python's ``signal`` docs)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _sync_if_possible(handle: IO) -> None:
+    """fsync, where the kind of file has anything to sync (a block device, a regular file behind
+    a descriptor); pipes and character devices answer EINVAL."""
+    try:
+        os.fsync(handle.fileno())
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.EROFS):
+            raise
+
+
+def _close_quietly(handle: IO) -> None:
+    """Close a handle whose writes failed; the flush of what is still buffered fails too."""
+    try:
+        handle.close()
+    except OSError:
+        pass
 
 
 def write_text_if_changed(path: str | Path, text: str) -> bool:
@@ -192,17 +304,24 @@ def write_text_if_changed(path: str | Path, text: str) -> bool:
 
 
 class NpyWriter:
-    """Write a C-ordered ``.npy`` array of a known shape in consecutive row blocks."""
+    """Write a C-ordered ``.npy`` array of a known shape in consecutive row blocks.
 
-    def __init__(self, handle: IO[bytes], shape: tuple[int, int], dtype=np.float32) -> None:
+    The shape goes first, in the header, so the row count must be known before the first row.
+    With ``reserve`` (a file) the array's size is allocated up front; without it (a stream: a
+    device, a FIFO, standard output) the handle is only ever appended to."""
+
+    def __init__(
+        self, handle: IO[bytes], shape: tuple[int, int], dtype=np.float32, *, reserve: bool = True
+    ) -> None:
         self.handle, self.shape, self.dtype = handle, shape, np.dtype(dtype)
         self.rows = 0
-        handle.write(self._header())
+        header = self._header()
+        handle.write(header)
         handle.flush()
         #: where the rows start in the file
-        self.data_start = handle.tell()
+        self.data_start = handle.tell() if reserve else len(header)
         #: whether the file's full size is allocated (where the platform can)
-        self.reserved = reserve_space(handle, prod(shape) * self.dtype.itemsize)
+        self.reserved = reserve and reserve_space(handle, prod(shape) * self.dtype.itemsize)
 
     def _header(self) -> bytes:
         """The ``.npy`` header (format 1.0, as ``np.save`` writes it)."""

@@ -9,6 +9,11 @@ renames (or, on an exception, removes) it when done:
 * ``{name}.old-{pid}``: a directory being replaced where the file system cannot exchange two
   names at once (:func:`psp_core.files.output_dirs.replace_directory`).
 
+An output that is a symbolic link has its temporaries beside the link's target, where they are
+renamed (:func:`psp_core.files.output_targets.resolve_output`); the scratch folder of an output
+written into in place (a device, a FIFO, standard output) is ``psp-work.tmp-{pid}`` in the
+system's temporary folder.
+
 Only a process killed outright (``kill -9``, the OOM killer) leaves one behind, and nothing
 reads it again: :func:`remove_stale_temps` removes those whose pid no longer runs, and
 :func:`remove_stale_temps_beside` those of one output. One is not removed but put back: a

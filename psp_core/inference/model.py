@@ -91,6 +91,12 @@ class PSPModel:
         return self.config.dim
 
     @property
+    def word_vectors(self) -> WordVectors | None:
+        """The rows of each cached word's sum of piece vectors (``None`` when off: no word
+        cache, not on the CPU, or ``word_vector_bytes=0``)."""
+        return self._word_vectors
+
+    @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
 

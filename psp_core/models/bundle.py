@@ -43,7 +43,7 @@ _READ_BLOCK = 8 << 20
 log = logging.getLogger(__name__)
 
 
-def _file_record(path: Path) -> dict[str, Any]:
+def file_record(path: Path) -> dict[str, Any]:
     """Size and checksum of ``path``, read in blocks (a bundle can be gigabytes)."""
     digest = xxhash.xxh3_128()
     buffer = bytearray(_READ_BLOCK)
@@ -63,7 +63,7 @@ def _verify_file(path: Path, recorded: dict[str, Any]) -> None:
             f"{path}: size {size} bytes does not match config.json's {recorded['bytes']}; the "
             "file was truncated or changed after saving"
         )
-    actual = _file_record(path)[CHECKSUM]
+    actual = file_record(path)[CHECKSUM]
     if actual != recorded[CHECKSUM]:
         raise BundleError(
             f"{path}: {CHECKSUM} checksum {actual[:12]}... does not match config.json's "
@@ -108,7 +108,9 @@ def _read_float32_table(path: Path) -> np.ndarray | None:
     return table
 
 
-def _require_finite(table: np.ndarray, where: str, consequence: str) -> None:
+def require_finite(table: np.ndarray, where: str, consequence: str) -> None:
+    """Raise :class:`BundleError` when ``table`` holds a NaN or an infinity, naming ``where``,
+    how many, the first row and ``consequence``."""
     # min and max are NaN when any value is NaN and infinite when any value is: two vectorized
     # passes without a temporary the size of the table
     if np.isfinite(table.min()) and np.isfinite(table.max()):
@@ -175,7 +177,7 @@ def save_bundle(
     if hashlib.sha256(spm_proto).hexdigest() != config.spm_sha256:
         raise BundleError("config.spm_sha256 does not match the sentencepiece model given")
     config.validate("config")
-    _require_finite(embeddings, "model to save", "refusing to write a bundle nobody can load")
+    require_finite(embeddings, "model to save", "refusing to write a bundle nobody can load")
     check_bundle_output(directory, overwrite=overwrite)
     with directory_written_then_replaced(directory) as tmp:
         (tmp / SPM_FILE).write_bytes(spm_proto)
@@ -184,7 +186,7 @@ def save_bundle(
         except SafetensorError as error:
             raise BundleError(f"cannot write {directory / EMBEDDINGS_FILE}: {error}") from error
         data = asdict(config)
-        data["files"] = {name: _file_record(tmp / name) for name in (SPM_FILE, EMBEDDINGS_FILE)}
+        data["files"] = {name: file_record(tmp / name) for name in (SPM_FILE, EMBEDDINGS_FILE)}
         (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         (tmp / CARD_FILE).write_text(card or model_card(config), encoding="utf-8")
     return directory
@@ -261,5 +263,5 @@ def load_bundle(directory: str | Path) -> tuple[BundleConfig, bytes, np.ndarray]
         )
     if embeddings.dtype != np.float32:
         raise BundleError(f"{emb_path}: embeddings are {embeddings.dtype}, expected float32")
-    _require_finite(embeddings, str(emb_path), "the model cannot be used (restore or retrain it)")
+    require_finite(embeddings, str(emb_path), "the model cannot be used (restore or retrain it)")
     return config, spm_proto, embeddings

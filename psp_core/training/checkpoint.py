@@ -294,4 +294,13 @@ class CheckpointStore:
         return load_file(str(self.directory / BEST_FILE))["embeddings"]
 
     def remove(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Remove the checkpoint directory. One that is a symbolic link keeps the link and its
+        target folder, emptied, so that the next run writes through the link again."""
+        if not self.directory.is_symlink():
+            shutil.rmtree(self.directory, ignore_errors=True)
+            return
+        for entry in os.scandir(os.path.realpath(self.directory)):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)

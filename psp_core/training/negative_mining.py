@@ -102,8 +102,9 @@ def equal_hash_positions(
     return anchor[by_anchor], candidate[by_anchor]
 
 
-class _Exclusions:
-    """Excluded ``(anchor, candidate)`` positions, sliced by anchor range in O(log n)."""
+class Exclusions:
+    """Excluded ``(anchor, candidate)`` positions (:func:`equal_hash_positions`' arrays, sorted
+    by anchor) on ``device``, sliced by anchor range in O(log n)."""
 
     def __init__(self, anchor: np.ndarray, candidate: np.ndarray, device: torch.device) -> None:
         self._anchor_np = anchor
@@ -269,7 +270,7 @@ def _scan(
     view: torch.Tensor,
     anchor_start: int,
     candidate_start: int,
-    exclusions: _Exclusions,
+    exclusions: Exclusions,
     best: _RunningBest,
     screen: _Screen | None,
 ) -> None:
@@ -289,7 +290,7 @@ def _scan(
 
 @contextmanager
 def hiding_exclusions(
-    view: torch.Tensor, anchor_start: int, candidate_start: int, exclusions: _Exclusions
+    view: torch.Tensor, anchor_start: int, candidate_start: int, exclusions: Exclusions
 ) -> Iterator[None]:
     """Inside the block, ``view``'s excluded positions (rows: anchors from ``anchor_start``,
     columns: candidates from ``candidate_start``) read -inf; their values come back after, so
@@ -311,9 +312,9 @@ def _hardest_bitext(source, target, source_hash, target_hash, chunk_rows, screen
     n = len(source)
     device = source.device
     # a source anchor must not get a target equal to itself or to its partner (or a copy of it)
-    for_rows = _Exclusions(*equal_hash_positions([source_hash, target_hash], target_hash), device)
+    for_rows = Exclusions(*equal_hash_positions([source_hash, target_hash], target_hash), device)
     # a target anchor must not get a source equal to itself or to its partner (or a copy of it)
-    for_cols = _Exclusions(*equal_hash_positions([target_hash, source_hash], source_hash), device)
+    for_cols = Exclusions(*equal_hash_positions([target_hash, source_hash], source_hash), device)
     rows, cols = _RunningBest(n, device), _RunningBest(len(target), device)
     row_screen = col_screen = None
     low_source, low_target = source, target
@@ -340,7 +341,7 @@ def _hardest_pooled(pool, pool_hash, partner_hash, chunk_rows, screen):
     exclusions, computing only blocks on or right of the diagonal."""
     n = len(pool)
     device = pool.device
-    exclusions = _Exclusions(*equal_hash_positions([pool_hash, partner_hash], pool_hash), device)
+    exclusions = Exclusions(*equal_hash_positions([pool_hash, partner_hash], pool_hash), device)
     best = _RunningBest(n, device)
     low = pool.bfloat16() if screen else pool
     marks = _Screen(_bf16_window([pool], [low])) if screen else None

@@ -8,6 +8,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from assets.psp_model import DEV_SUITE_SELECTION
 from assets.stage import Stage, fingerprint
@@ -26,6 +27,7 @@ def commit_held_back_pairs(world: dict, toy) -> None:
     stage.commit(fingerprint(stage="deduplicated_pairs"), {"dev_pairs": "dev_pairs.parquet"}, {})
 
 
+@pytest.mark.slow
 def test_the_best_epoch_on_the_dev_suite_mean_is_kept_and_recorded(world, toy):
     commit_held_back_pairs(world, toy)
     materialize_model_and_evaluation(world, {**TRAINING, "epochs": 3, "select_on_dev_suite": True})

@@ -75,6 +75,7 @@ def world(opus_server: OpusServer, tmp_path: Path) -> dict:
     return {"resources": resources, "root": tmp_path / "storage", "n_raw": n_raw}
 
 
+@pytest.mark.slow
 def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_server) -> None:
     root, resources = world["root"], world["resources"]
     result = materialize(ALL_ASSETS, partition_key="de", resources=resources, run_config=SMOKE)

@@ -175,6 +175,7 @@ def read_gz_lines(path: Path, limit: int) -> list[str]:
         return [line.rstrip("\n") for line in islice(handle, limit)]
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 @pytest.mark.parametrize(("lang", "n_pairs"), [("de", 4000), ("zh", 3000)])
 def test_real_bitext_through_the_prepare_assets(
@@ -209,6 +210,7 @@ def test_real_bitext_through_the_prepare_assets(
         assert sum(" " in tgt for _, tgt in pairs) > 0.9 * len(pairs)
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_real_paranmt_sample_through_the_prepare_assets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

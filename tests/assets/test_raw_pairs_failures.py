@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from dagster import DagsterEventType, materialize
 
+from assets.resources import ParaNmtResource
 from pipelines.definitions import defs
 from tests.ops.opus_server import Fault, OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
-from tests.pipelines.corpora import publish_de
+from tests.pipelines.corpora import DE_EN_REGISTRY, publish_de
 from tests.pipelines.isolated import materialize_raw_pairs_isolated
 
 TANZIL_ZIP = "/OPUS-Tanzil/v1/moses/de-en.txt.zip"
@@ -117,3 +118,52 @@ def test_server_errors_are_retried_by_dagster_until_the_download_succeeds(
     assert opus_server.count(TANZIL_ZIP) == 3
     manifest = json.loads((tmp_path / "storage" / "de" / "raw_pairs" / "manifest.json").read_text())
     assert manifest["record"]["n_in"] == n_pairs
+
+
+DEAD_PARANMT_URL = "http://phontron.com/data/para-nmt-50m.zip"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [None, DEAD_PARANMT_URL, "{tmp}/para-nmt-50m.zip", "file://{tmp}/para-nmt-5m-processed.txt"],
+    ids=["unset", "dead-url", "missing-path", "missing-file-url"],
+)
+def test_paranmt_without_a_file_stops_before_any_work_with_one_line_on_what_to_do(
+    opus_server: OpusServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str | None
+) -> None:
+    registry = tmp_path / "languages.toml"
+    registry.write_text(DE_EN_REGISTRY)
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    publish_de(opus_server, build_moses_zip)
+    resources = loopback_resources(opus_server, tmp_path / "storage", tmp_path / "eval")
+    url = url.format(tmp=tmp_path) if url else None
+    resources["paranmt"] = ParaNmtResource(url=url, retries=1, backoff=0.01)
+    inbox = tmp_path / "storage" / "inbox" / "en"
+    inbox.mkdir(parents=True)
+    (inbox / "more.txt").write_text("a b c d e\tf g h i j\t0.9\n")
+    result = materialize(
+        [defs.get_assets_def("raw_pairs")],
+        partition_key="en",
+        resources=resources,
+        raise_on_error=False,
+    )
+    retries, message = retries_and_failure(result)
+    assert retries == 0
+    [failure] = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
+    description = failure.step_failure_data.user_failure_data.description
+    assert "\n" not in description and description in message
+    assert "PSP_PARANMT_URL" in description and "docs/corpus.md" in description
+    assert opus_server.count() == 0  # nothing downloaded, not even the API asked
+    assert sorted(p.name for p in (tmp_path / "storage").iterdir()) == ["inbox"]  # nothing written
+
+
+def test_a_paranmt_url_that_fails_says_what_to_do(
+    opus_server: OpusServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = tmp_path / "languages.toml"
+    registry.write_text(DE_EN_REGISTRY)
+    monkeypatch.setenv("PSP_LANGUAGES", str(registry))
+    result = materialize_raw_pairs(opus_server, tmp_path, "en")  # the URL answers 404
+    retries, message = retries_and_failure(result)
+    assert retries == 0
+    assert "HTTP 404" in message and "PSP_PARANMT_URL" in message

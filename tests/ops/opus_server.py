@@ -5,10 +5,25 @@ register zips built from generated text with :meth:`OpusServer.add_corpus` (or a
 :meth:`OpusServer.add_file`), queue faults per path with :meth:`OpusServer.fail`, and count the
 requests it saw with :meth:`OpusServer.count`. The real ``requests`` code talks to it over TCP.
 
-Served paths mirror OPUS: ``/opusapi/?source=..&target=..&corpus=..&version=..`` answers JSON
-``{"corpora": [...]}`` with source/target sorted alphabetically, and zips live at
-``/OPUS-{corpus}/{version}/moses/{l1}-{l2}.txt.zip``. File answers support ``Range`` (206),
-``If-Range`` (a stale validator gets the whole file), ``416`` past the end, and an ETag.
+Served paths mirror OPUS: zips live at ``/OPUS-{corpus}/{version}/moses/{l1}-{l2}.txt.zip``,
+and ``/opusapi/`` answers as the real API does (the format and semantics of
+``fixtures/opusapi_opensubtitles_en_zh.json``, see ``fixtures/README.md``):
+
+* ``?source=..&target=..&corpus=..&version=..&preprocessing=..`` gives ``{"corpora": [...]}``,
+  entries with the real field set (:data:`ENTRY_FIELDS`; ``size`` in KB, ``latest`` the string
+  ``"True"`` only on the corpus's newest release). Every parameter given is an exact,
+  case-sensitive match; source and target are sorted first; ``version=latest`` selects the
+  newest release; unknown parameters are ignored. Each registered release is listed with its
+  moses zip and, like OPUS, an xml and a tmx file (listed, not served), so a client that does
+  not filter on ``preprocessing`` gets the wrong URL.
+* ``?languages=True&source=en&corpus=..&version=..`` gives ``{"languages": [...]}``: the codes
+  paired with ``source`` in the matching releases.
+* ``?corpora=True`` gives ``{"corpora": [names]}``.
+
+Not modelled: monolingual entries and the sentence files the real API adds to xml answers.
+
+File answers support ``Range`` (206), ``If-Range`` (a stale validator gets the whole file),
+``416`` past the end, and an ETag.
 """
 
 from __future__ import annotations
@@ -26,6 +41,40 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 _RANGE = re.compile(r"bytes=(\d+)-$")
+_VERSION_PART = re.compile(r"(\d+)|(\D+)")
+
+#: The fields of an entry of the API's ``corpora`` list, in the API's order.
+ENTRY_FIELDS = (
+    "alignment_pairs",
+    "corpus",
+    "documents",
+    "id",
+    "latest",
+    "preprocessing",
+    "size",
+    "source",
+    "source_tokens",
+    "target",
+    "target_tokens",
+    "url",
+    "version",
+)
+#: The query parameters the API reads; it ignores any other.
+API_PARAMETERS = frozenset(
+    {
+        "corpus",
+        "id",
+        "latest",
+        "preprocessing",
+        "source",
+        "target",
+        "version",
+        "corpora",
+        "languages",
+    }
+)
+#: The files the API lists for each release of a language pair: (preprocessing, path suffix).
+LISTED_FILES = (("moses", "txt.zip"), ("tmx", "tmx.gz"), ("xml", "xml.gz"))
 
 
 @dataclass
@@ -88,6 +137,8 @@ class OpusServer:
         self.faults: dict[str, list[Fault]] = {}
         self.requests: list[tuple[str, str, str | None]] = []
         self.advertised_base: str | None = None
+        #: corpus -> the release ``version=latest`` selects (unset: the highest registered)
+        self.latest_release: dict[str, str] = {}
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
@@ -119,14 +170,29 @@ class OpusServer:
         return self.base_url + path
 
     def add_corpus(
-        self, corpus: str, version: str, lang_a: str, lang_b: str, zip_bytes: bytes
+        self,
+        corpus: str,
+        version: str,
+        lang_a: str,
+        lang_b: str,
+        zip_bytes: bytes,
+        *,
+        alignment_pairs: int | None = None,
     ) -> str:
-        """List the corpus in the API answer and serve its zip; return the zip's path."""
+        """List the release in the API answers and serve its moses zip; return the zip's path.
+
+        ``alignment_pairs`` (default: the lines of the zip's first-language member) and the
+        token counts listed come from the zip when it can be read, else 0.
+        """
         first, second = sorted((lang_a, lang_b))
         path = f"/OPUS-{corpus}/{version}/moses/{first}-{second}.txt.zip"
         self.add_file(path, zip_bytes)
+        counts = _zip_counts(zip_bytes, corpus, first, second)
+        if alignment_pairs is not None:
+            counts["alignment_pairs"] = alignment_pairs
         self.corpora.append(
             {"corpus": corpus, "version": version, "source": first, "target": second, "path": path}
+            | counts
         )
         return path
 
@@ -155,36 +221,115 @@ class OpusServer:
                 queue.pop(0)
             return fault
 
-    def api_answer(self, query: dict[str, list[str]]) -> dict:
-        def arg(name: str) -> str:
-            return query.get(name, [""])[0]
+    def newest_release(self, corpus: str) -> str | None:
+        """The release a ``latest`` query selects: ``latest_release[corpus]`` when set, else the
+        highest registered version (``v2`` < ``v10``, ``v2017q3`` < ``v2018``)."""
+        if corpus in self.latest_release:
+            return self.latest_release[corpus]
+        versions = [e["version"] for e in self.corpora if e["corpus"] == corpus]
+        return max(versions, key=_version_key) if versions else None
 
-        first, second = sorted((arg("source"), arg("target")))
+    def entries(self) -> list[dict]:
+        """Every listed file as an API entry (the moses zip, tmx and xml of each release)."""
         base = self.advertised_base or self.base_url
         entries = []
-        for entry in self.corpora:
-            if (
-                entry["corpus"] == arg("corpus")
-                and arg("version") in ("latest", entry["version"])
-                and (entry["source"], entry["target"]) == (first, second)
-            ):
-                size = len(self.files[entry["path"]])
-                entries.append(
-                    {
-                        "alignment_pairs": 3,
-                        "corpus": entry["corpus"],
-                        "documents": "",
-                        "id": len(entries) + 1,
-                        "latest": "True",
-                        "preprocessing": "moses",
-                        "size": max(1, size // 1024),
-                        "source": entry["source"],
-                        "target": entry["target"],
-                        "url": base + entry["path"],
-                        "version": entry["version"],
-                    }
-                )
+        for index, release in enumerate(self.corpora):
+            latest = release["version"] == self.newest_release(release["corpus"])
+            pair = f"{release['source']}-{release['target']}"
+            for offset, (preprocessing, suffix) in enumerate(LISTED_FILES):
+                if preprocessing == "moses":
+                    path, size = release["path"], len(self.files.get(release["path"], b""))
+                else:
+                    path = f"/OPUS-{release['corpus']}/{release['version']}/{preprocessing}/"
+                    path += f"{pair}.{suffix}"
+                    size = 2 * len(self.files.get(release["path"], b""))
+                entry = {
+                    "alignment_pairs": release["alignment_pairs"],
+                    "corpus": release["corpus"],
+                    "documents": 1 if preprocessing == "xml" else "",
+                    "id": 3 * index + offset + 1,
+                    "latest": str(latest),
+                    "preprocessing": preprocessing,
+                    "size": size // 1024,
+                    "source": release["source"],
+                    "source_tokens": release["source_tokens"],
+                    "target": release["target"],
+                    "target_tokens": release["target_tokens"],
+                    "url": base + path,
+                    "version": release["version"],
+                }
+                entries.append({name: entry[name] for name in ENTRY_FIELDS})
+        return entries
+
+    def api_answer(self, query: dict[str, list[str]]) -> dict:
+        """The API's answer to a parsed query string."""
+        params = {
+            name: values[0].replace('"', "").replace("'", "")
+            for name, values in query.items()
+            if name in API_PARAMETERS
+        }
+        if params.pop("corpora", None) is not None:
+            return {"corpora": sorted({e["corpus"] for e in _select(self.entries(), params)})}
+        if params.pop("languages", None) is not None:
+            return {"languages": _languages(self.entries(), params)}
+        source = params.get("source")
+        entries = _select(self.entries(), params)
+        if source and not params.get("target"):  # the language on the target side too
+            swapped = {k: v for k, v in params.items() if k != "source"} | {"target": source}
+            entries = _select(self.entries(), swapped) + entries
         return {"corpora": entries}
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(
+        (0, int(number), "") if number else (1, 0, text)
+        for number, text in _VERSION_PART.findall(version)
+    )
+
+
+def _match(params: dict[str, str]) -> dict[str, str]:
+    """Query parameters as the API compares them: ``version=latest`` becomes ``latest=True``,
+    source and target sorted."""
+    params = dict(params)
+    if params.get("version") == "latest":
+        del params["version"]
+        params["latest"] = "True"
+    if params.get("source") and params.get("target"):
+        params["source"], params["target"] = sorted((params["source"], params["target"]))
+    return params
+
+
+def _select(entries: list[dict], params: dict[str, str]) -> list[dict]:
+    """The entries whose fields equal every parameter (exact, case-sensitive)."""
+    params = _match(params)
+    return [e for e in entries if all(str(e[k]) == v for k, v in params.items())]
+
+
+def _languages(entries: list[dict], params: dict[str, str]) -> list[str]:
+    """The codes paired with ``source`` in the matching entries (every source code without)."""
+    params = _match(params)
+    source = params.pop("source", None)
+    if not source:
+        return sorted({e["source"] for e in _select(entries, params)})
+    as_source = _select(entries, params | {"source": source})
+    as_target = _select(entries, params | {"target": source})
+    codes = {e["target"] for e in as_source if e["target"] not in ("", source)}
+    return sorted(codes | {e["source"] for e in as_target})
+
+
+def _zip_counts(zip_bytes: bytes, corpus: str, first: str, second: str) -> dict[str, int]:
+    """Line and token counts of a moses zip's two sides (0 where the zip cannot be read)."""
+    counts = {"alignment_pairs": 0, "source_tokens": 0, "target_tokens": 0}
+    try:
+        with zipfile.ZipFile(io.BytesIO(zip_bytes)) as archive:
+            pair = f"{first}-{second}"
+            for lang, key in ((first, "source_tokens"), (second, "target_tokens")):
+                lines = archive.read(f"{corpus}.{pair}.{lang}").splitlines()
+                counts["alignment_pairs"] = len(lines)
+                counts[key] = sum(len(line.split()) for line in lines)
+    except (zipfile.BadZipFile, KeyError, OSError):
+        pass
+    return counts
 
 
 def _make_handler(server: OpusServer) -> type[BaseHTTPRequestHandler]:

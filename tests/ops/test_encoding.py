@@ -295,6 +295,7 @@ def test_an_encoding_error_reaches_the_caller_and_leaves_no_partial_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.parquet"]
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_the_quick_profile_vocabulary_trains_on_the_real_chinese_bitext(tmp_path):
     """the smoke profile's 500 pieces on the shared en-zh bitext, jieba-segmented as the

@@ -112,7 +112,8 @@ PARAPHRASE_CASES = [
     (words(6), words(6, "v"), 0.4, None),
     (words(6), words(6, "v"), 1.0, None),
     (words(6), words(6, "v"), 1.01, "score_too_high"),
-    (words(6), words(6, "v"), math.nan, "score_missing"),
+    (words(6), words(6, "v"), math.nan, None),  # no score (two-column ParaNMT): not filtered
+    (words(3), words(3, "v"), math.nan, "too_short"),  # ...by the score; the others apply
     # 10 trigrams in the reference, 7 of them in the paraphrase: overlap 0.7 is kept
     (words(12), words(9) + " x y " + "w10 w11 z", 0.9, None),
     # 8 of 10: 0.8 > 0.7
@@ -134,7 +135,8 @@ def test_paraphrase_filter_table(tmp_path: Path) -> None:
     kept = [(s, t, c) for s, t, c, reason in PARAPHRASE_CASES if reason is None]
     ((src, tgt, score),) = iter_pair_chunks(tmp_path / "out.parquet")
     assert list(zip(src, tgt, strict=True)) == [(s, t) for s, t, _ in kept]
-    assert score == pytest.approx([c for *_, c in kept])
+    assert score == pytest.approx([c for *_, c in kept], nan_ok=True)
+    assert report.as_dict()["notes"] == {"score_filter_skipped": 1}
 
 
 def test_config_thresholds_are_used(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ _SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     heap_release._malloc_trim() is None, reason="no glibc malloc_trim on this platform"
 )

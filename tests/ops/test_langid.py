@@ -330,6 +330,7 @@ SHARED_LANGUAGES = ("de", "fr", "ru", "zh", "es", "ar", "tr")
 ISSUE_13_LANGUAGES = ("de", "fr", "ru", "es", "ar", "tr")  # the pairs the issue measured
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_real_short_pairs_are_kept_and_wrong_language_pairs_dropped(tmp_path: Path, identifier):
     """Issue 13's targets on the shared bitext, with the default rule: >= 97% of the correct

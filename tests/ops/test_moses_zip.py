@@ -1,4 +1,4 @@
-"""read_moses_zip(): member choice, language order, lockstep reading, skips, hostile zips."""
+"""read_moses_zip_batches(): member choice, language order, lockstep reading, skips, hostile zips."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.moses_zip import UnsafeZipError, read_moses_zip
+from ops.moses_zip import UnsafeZipError, read_moses_zip_batches
 from ops.stage_report import StageReport
 from tests.ops.opus_server import build_moses_zip
 
@@ -24,9 +24,14 @@ def write_zip(tmp_path: Path, data: bytes, name: str = "corpus.zip") -> Path:
 
 def read_all(path: Path, src_lang: str, tgt_lang: str, corpus: str = "Demo"):
     report = StageReport("read")
-    pairs = list(
-        read_moses_zip(path, corpus=corpus, src_lang=src_lang, tgt_lang=tgt_lang, report=report)
+    batches = read_moses_zip_batches(
+        path, corpus=corpus, src_lang=src_lang, tgt_lang=tgt_lang, report=report
     )
+    pairs = [
+        pair
+        for sources, targets in batches
+        for pair in zip(sources.to_pylist(), targets.to_pylist(), strict=True)
+    ]
     return pairs, report
 
 

@@ -301,3 +301,98 @@ def test_every_line_is_read_and_counted_across_read_batches(
     assert [src for src, _ in iter_pairs(output)] == [english[i] for i in valid]
     expected = {"empty": 3, "undecodable": 2}
     assert (report.n_in, report.n_out, dict(report.dropped)) == (16, len(valid), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# language codes per corpus and release: OpenSubtitles spells Simplified Chinese zh_cn in v2018
+# and zh_CN in v2024 (its newest release, the only one the API marks latest)
+
+
+def publish_opensubtitles_zh(server: OpusServer) -> None:
+    serve(server, "OpenSubtitles", "v2018", "zh_cn", 3)
+    serve(server, "OpenSubtitles", "v2024", "zh_CN", 5)
+
+
+@pytest.mark.parametrize(
+    ("version", "expected_version", "expected_code"),
+    [("latest", "v2024", "zh_CN"), ("v2024", "v2024", "zh_CN"), ("v2018", "v2018", "zh_cn")],
+)
+def test_zh_is_found_in_every_opensubtitles_release_and_the_code_used_is_recorded(
+    opus_server: OpusServer,
+    tmp_path: Path,
+    version: str,
+    expected_version: str,
+    expected_code: str,
+) -> None:
+    publish_opensubtitles_zh(opus_server)
+    corpus = OpusCorpus("OpenSubtitles", version)  # the default codes: zh -> zh_cn
+    output, report = fetch(opus_server, tmp_path, "zh", [corpus])
+    english, chinese = parallel(
+        "OpenSubtitles", expected_code, 5 if expected_version == "v2024" else 3
+    )
+    assert list(iter_pairs(output)) == list(zip(english, chinese, strict=True))
+    assert pair_file_info(output)[2] == "zh"
+    [part] = report.as_dict()["corpora"].values()
+    assert (part["version"], part["opus_code"]) == (expected_version, expected_code)
+    cached = tmp_path / "cache" / "opus" / "OpenSubtitles" / expected_version
+    assert (cached / f"en-{expected_code}.txt.zip").is_file()
+
+
+def test_a_zip_cached_under_the_codes_other_case_is_used_without_a_request(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    publish_opensubtitles_zh(opus_server)
+    corpora = [OpusCorpus("OpenSubtitles", "v2024")]
+    first, _ = fetch(opus_server, tmp_path, "zh", corpora)
+    asked = opus_server.count()
+    expected = list(iter_pairs(first))
+    first.unlink()
+    again, report = fetch(opus_server, tmp_path, "zh", corpora)
+    assert opus_server.count() == asked  # no API call, no download
+    assert list(iter_pairs(again)) == expected
+    assert report.as_dict()["corpora"]["OpenSubtitles"]["opus_code"] == "zh_CN"
+
+
+@pytest.mark.parametrize(
+    ("listed", "codes", "expected"),
+    [
+        (["zh"], None, "zh"),  # Tanzil's spelling
+        (["zh_cn", "zh_tw"], None, "zh_cn"),
+        (["zh_TW", "zh_CN"], None, "zh_CN"),
+        (["zhs", "zht"], None, "zhs"),
+        (["ZHS"], None, "ZHS"),
+        (["zh"], {"zh": "zhs"}, "zh"),  # a configured code the release lacks: its aliases
+        (["zh", "zh_cn"], {"zh": "zh_cn"}, "zh_cn"),  # the configured code first
+    ],
+)
+def test_aliases_of_a_code_are_tried_in_order_case_insensitively(
+    opus_server: OpusServer, tmp_path: Path, listed: list[str], codes, expected: str
+) -> None:
+    for code in listed:
+        serve(opus_server, "Tanzil", "v1", code, 4)
+    output, report = fetch(opus_server, tmp_path, "zh", [OpusCorpus("Tanzil", "v1", codes=codes)])
+    assert [tgt for _, tgt in iter_pairs(output)] == parallel("Tanzil", expected, 4)[1]
+    assert report.as_dict()["corpora"]["Tanzil"]["opus_code"] == expected
+
+
+def test_a_release_without_the_language_names_the_codes_it_has(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    serve(opus_server, "Tanzil", "v1", "zht", 2)
+    serve(opus_server, "Tanzil", "v1", "de", 2)
+    with pytest.raises(
+        OpusError,
+        match=r"lists no moses zip for en-zh \(nor under \['zh_cn', 'zhs'\]\); codes starting with "
+        r"'zh' it lists: \['zht'\]; check",
+    ):
+        fetch(opus_server, tmp_path, "zh", [OpusCorpus("Tanzil", "v1")])
+
+
+def test_newest_release_finds_the_newest_spelling(opus_server: OpusServer) -> None:
+    publish_opensubtitles_zh(opus_server)
+    serve(opus_server, "Tanzil", "v1", "de", 2)
+    session = opus.retrying_session(0)
+    newest = partial(opus.newest_opus_release, api_base=opus_server.api_url, session=session)
+    assert newest(OpusCorpus("OpenSubtitles", "v2018"), "zh") == ("v2024", "zh_CN")
+    assert newest(OpusCorpus("Tanzil", "v1"), "de") == ("v1", "de")
+    assert newest(OpusCorpus("Tanzil", "v1"), "fr") is None

@@ -1,4 +1,5 @@
-"""fetch_paranmt(): zip (downloaded or local), .txt and .txt.gz; malformed lines are counted skips."""
+"""fetch_paranmt(): zip (downloaded or local), .txt and .txt.gz, three columns (with the score) or
+two (without); malformed lines are counted skips; no default source, and never the dead URL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ops import paranmt
+from ops.filters import filter_pairs
 from ops.pair_files import iter_pair_chunks, pair_file_info
 from ops.paranmt import fetch_paranmt
 from psp_core.files.download import DownloadError
@@ -82,7 +85,7 @@ def test_local_files_are_read_in_place(tmp_path: Path, name: str, encode) -> Non
 
 
 def test_bad_sources_are_clear_errors(opus_server: OpusServer, tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="missing.zip does not exist"):
+    with pytest.raises(paranmt.ParaNmtSourceError, match="missing.zip does not exist"):
         fetch_paranmt(tmp_path / "missing.zip", tmp_path / "cache", tmp_path / "o.parquet")
     wrong = tmp_path / "other.zip"
     wrong.write_bytes(zipped(b"x\ty\t1\n", member="a.tsv"))
@@ -101,3 +104,104 @@ def test_shared_paranmt_format_sample(tmp_path: Path) -> None:
     assert report.n_in == 60_899
     assert report.n_out + sum(report.dropped.values()) == 60_899
     assert report.n_out > 60_000
+
+
+def words(n: int, prefix: str = "w") -> str:
+    return " ".join(f"{prefix}{i}" for i in range(n))
+
+
+DEAD_URL = "http://phontron.com/data/para-nmt-50m.zip"
+
+
+@pytest.mark.parametrize("value", [None, "", "  ", DEAD_URL, DEAD_URL.replace("http:", "https:")])
+def test_there_is_no_default_source_and_the_dead_url_is_refused(value) -> None:
+    assert getattr(paranmt, "PARANMT_URL", None) is None
+    with pytest.raises(paranmt.ParaNmtSourceError) as caught:
+        paranmt.paranmt_source(value)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(paranmt.ParaNmtSourceError):
+        fetch_paranmt(value, "/nonexistent/cache", "/nonexistent/out.parquet")
+
+
+def test_a_source_is_a_path_a_file_url_or_an_http_url(tmp_path: Path) -> None:
+    source = tmp_path / "para nmt.txt"
+    source.write_bytes(BODY)
+    assert paranmt.paranmt_source(str(source)) == source
+    assert paranmt.paranmt_source(source) == source
+    assert paranmt.paranmt_source(source.as_uri()) == source  # file://, spaces quoted
+    assert paranmt.paranmt_source("https://example.org/p.zip") == "https://example.org/p.zip"
+    with pytest.raises(paranmt.ParaNmtSourceError, match=r"missing\.txt does not exist"):
+        paranmt.paranmt_source((tmp_path / "missing.txt").as_uri())
+    with pytest.raises(paranmt.ParaNmtSourceError, match="is not a file"):
+        paranmt.paranmt_source(tmp_path)
+    output = tmp_path / "out.parquet"
+    assert_output(output, fetch_paranmt(source.as_uri(), tmp_path / "cache", output))
+
+
+# (line, reason a line is dropped or None; in raw_pairs, then in the paraphrase filters)
+TWO_COLUMN_CASES = [
+    (f"{words(6)}\t{words(6, 'v')}", None, None),
+    (f"{words(3)}\t{words(3, 'v')}", None, "too_short"),
+    (f"{words(12)}\t{words(10)} x y z", None, "trigram_overlap"),
+    (f"{words(41)}\t{words(41, 'v')}", None, "too_long"),
+    (f"{words(7)}\t{words(8, 'v')}", None, None),
+    (f"\t{words(6)}", "empty", None),
+    (f"{words(6)}\t{words(6, 'v')}\t0.9", "malformed", None),  # not this file's shape
+    ("one field", "malformed", None),
+]
+
+
+def test_a_two_column_file_is_read_without_scores_and_skips_only_the_score_filter(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "para-nmt-5m-processed.txt"
+    source.write_text("".join(line + "\n" for line, _, _ in TWO_COLUMN_CASES))
+    raw = tmp_path / "raw.parquet"
+    report = fetch_paranmt(source, tmp_path / "cache", raw).as_dict()
+    read = [line for line, reason, _ in TWO_COLUMN_CASES if reason is None]
+    assert (report["n_in"], report["n_out"]) == (len(TWO_COLUMN_CASES), len(read))
+    assert report["dropped"] == {"empty": 1, "malformed": 2}
+    assert report["notes"] == {"unscored": len(read)}
+    assert pair_file_info(raw) == (len(read), "en", "en", True)
+    [(refs, paras, scores)] = list(iter_pair_chunks(raw))
+    assert [f"{r}\t{p}" for r, p in zip(refs, paras, strict=True)] == read
+    assert scores == [None] * len(read)
+
+    filtered = filter_pairs(raw, tmp_path / "filtered.parquet", kind="paraphrase").as_dict()
+    assert filtered["dropped"] == {"too_short": 1, "too_long": 1, "trigram_overlap": 1}
+    assert filtered["notes"] == {"score_filter_skipped": 2}
+    [(refs, paras, scores)] = list(iter_pair_chunks(tmp_path / "filtered.parquet"))
+    kept = [line for line, reason, drop in TWO_COLUMN_CASES if reason is None and drop is None]
+    assert [f"{r}\t{p}" for r, p in zip(refs, paras, strict=True)] == kept
+
+
+SCORED = [f"{words(6)}\t{words(6, 'v')}\t0.8", f"{words(9)}\t{words(7, 'v')}\t0.2"]
+UNSCORED = [f"{words(8)}\t{words(8, 'v')}", f"{words(5)}\t{words(9, 'v')}"]
+
+
+@pytest.mark.parametrize("first", ["scored", "unscored"])
+def test_a_mixed_file_is_read_in_the_shape_of_its_first_pair_and_the_rest_dropped(
+    tmp_path: Path, first: str
+) -> None:
+    """A ParaNMT file has one shape; lines of the other shape (a truncated scored line looks
+    like an unscored one) are dropped as malformed, never read with a made-up score."""
+    chosen, other = (SCORED, UNSCORED) if first == "scored" else (UNSCORED, SCORED)
+    lines = ["no tab here", chosen[0], other[0], chosen[1], other[1]]
+    source = tmp_path / "mixed.txt.gz"
+    source.write_bytes(gzip.compress("".join(f"{line}\n" for line in lines).encode()))
+    raw = tmp_path / "raw.parquet"
+    report = fetch_paranmt(source, tmp_path / "cache", raw).as_dict()
+    assert (report["n_in"], report["n_out"], report["dropped"]) == (5, 2, {"malformed": 3})
+    assert report.get("notes", {}) == ({} if first == "scored" else {"unscored": 2})
+    [(refs, paras, scores)] = list(iter_pair_chunks(raw))
+    assert [line.split("\t")[0] for line in chosen] == refs
+    if first == "scored":
+        assert scores == pytest.approx([0.8, 0.2])
+    else:
+        assert scores == [None, None]
+    filtered = filter_pairs(raw, tmp_path / "filtered.parquet", kind="paraphrase").as_dict()
+    if first == "scored":  # the score filter applies: 0.2 is too low
+        assert (filtered["n_out"], filtered["dropped"]) == (1, {"score_too_low": 1})
+        assert "notes" not in filtered
+    else:
+        assert (filtered["n_out"], filtered["notes"]) == (2, {"score_filter_skipped": 2})

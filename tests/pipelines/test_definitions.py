@@ -3,10 +3,12 @@ schedules, sensors, resources, and the instance settings in dagster.yaml."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, DagsterInstance, EnvVar
 
 from assets.languages import load_registry
@@ -16,8 +18,8 @@ from assets.resources import (
     ParaNmtResource,
     default_resources,
 )
+from ops import paranmt
 from ops.opus import OPUS_API
-from ops.paranmt import PARANMT_URL
 from pipelines.definitions import defs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,22 +155,33 @@ def test_schedule_sensor_and_resources() -> None:
     assert resources == {"storage", "opus", "paranmt", "langid", "compute", "eval_data", "profile"}
 
 
-def test_internet_urls_are_shown_only_where_the_registry_downloads(monkeypatch) -> None:
+def test_internet_urls_are_shown_only_where_the_registry_downloads(
+    monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Under the offline registry (every language local but en, whose ParaNMT make run points
     at a local file through PSP_PARANMT_URL) the launchpad shows no internet URL; under the
-    shipped one it shows both, and an unset URL still means the public one."""
+    shipped one it shows OPUS's API. ParaNMT has no default URL (its old one is dead): unset,
+    loading warns in one line, and the en partition stops at once saying what to do."""
     for variable in ("PSP_OPUS_API", "PSP_PARANMT_URL"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("PSP_LANGUAGES", str(ROOT / "configs" / "languages-shared-data.toml"))
     monkeypatch.setenv("PSP_PARANMT_URL", "/data/paranmt.txt.gz")
-    offline = default_resources("/tmp/x")
+    with caplog.at_level(logging.WARNING, logger="assets.resources"):
+        offline = default_resources("/tmp/x")
+    assert not [r for r in caplog.records if "PSP_PARANMT_URL" in r.getMessage()]
     assert offline["opus"].api_base is None and offline["opus"].api() == OPUS_API
     assert offline["paranmt"].url == EnvVar("PSP_PARANMT_URL")
     monkeypatch.delenv("PSP_PARANMT_URL")
     monkeypatch.delenv("PSP_LANGUAGES")
-    online = default_resources("/tmp/x")
-    assert online["opus"].api_base == OPUS_API and online["paranmt"].url == PARANMT_URL
-    assert ParaNmtResource().url is None and ParaNmtResource().source() == PARANMT_URL
+    with caplog.at_level(logging.WARNING, logger="assets.resources"):
+        online = default_resources("/tmp/x")
+    assert online["opus"].api_base == OPUS_API and online["paranmt"].url is None
+    [warning] = [r.getMessage() for r in caplog.records if "PSP_PARANMT_URL" in r.getMessage()]
+    assert "\n" not in warning and "docs/corpus.md" in warning
+    assert getattr(paranmt, "PARANMT_URL", None) is None
+    with pytest.raises(paranmt.ParaNmtSourceError, match="PSP_PARANMT_URL") as caught:
+        ParaNmtResource().source()
+    assert "\n" not in str(caught.value)
 
 
 def test_workspace_loads_the_definitions_module() -> None:

@@ -71,6 +71,7 @@ def _executor_name(value: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("dagster_k8s") is None,
     reason="dagster-k8s is not installed (pip install -e '.[k8s]')",

@@ -51,6 +51,7 @@ def test_steps_run_in_the_run_process_by_default(instance) -> None:
     assert pids == {run_pid}
 
 
+@pytest.mark.slow
 def test_multiprocess_by_run_config_gives_each_step_a_process(instance) -> None:
     run_pid, pids = step_pids(instance, {"execution": {"config": {"multiprocess": {}}}})
     assert len(pids) == 2 and run_pid not in pids

@@ -49,6 +49,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_runs_are_stored_in_postgres_and_survive_a_server_restart(tmp_path, monkeypatch) -> None:
     port = _free_port()
     credentials = {

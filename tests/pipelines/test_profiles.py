@@ -167,6 +167,7 @@ def _newest_bundle(stage: Path) -> Path:
     return ModelRegistry(stage).versions()[-1].bundle
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 @pytest.mark.parametrize("lang", ["en", "ar", "de", "es", "fr", "ru", "tr", "zh"])
 def test_every_profile_runs_for_every_language(small_world: dict, lang: str, monkeypatch) -> None:
@@ -197,6 +198,7 @@ def test_every_profile_runs_for_every_language(small_world: dict, lang: str, mon
             assert json.loads(evaluation.read_text())["sts"]["mean"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_every_profile_runs_the_multilingual_model(small_world: dict, monkeypatch) -> None:
     """All eight languages' real pairs (small copies) into one multilingual model per profile:

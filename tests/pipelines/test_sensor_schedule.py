@@ -153,3 +153,16 @@ def test_each_scheduled_request_says_its_language_and_profile(monkeypatch) -> No
     assert {r.tags["psp/profile"] for r in requests} == {"smoke"}
     assert "PSP_RETRAIN_PROFILE" in weekly_retrain_schedule.description
     assert "profile" in weekly_retrain_schedule.description
+
+
+def test_a_newer_release_that_spells_the_code_differently_is_news(
+    opus_server: OpusServer, tmp_path: Path
+) -> None:
+    """OpenSubtitles v2024 names Simplified Chinese zh_CN where the registry (pinned to v2018)
+    says zh_cn; the API marks only v2024 latest."""
+    publish(opus_server, "OpenSubtitles", "v2018", "zh_cn")
+    publish(opus_server, "OpenSubtitles", "v2024", "zh_CN")
+    result = tick(opus_server, tmp_path, None)
+    assert [r.partition_key for r in result.run_requests] == ["zh"]
+    overrides = result.run_requests[0].run_config["ops"]["raw_pairs"]["config"]["opus_versions"]
+    assert overrides == {"OpenSubtitles": "v2024"}

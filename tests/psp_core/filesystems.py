@@ -1,14 +1,20 @@
-"""A real, tiny filesystem for disk-full tests: a tmpfs mounted under the test's directory.
+"""Filesystem fixtures of the output tests: a real, tiny filesystem for disk-full tests (a tmpfs
+mounted under the test's directory), and outputs that are not regular files: character devices
+and FIFOs made in the test's own folder.
 
-Mounting needs root (or CAP_SYS_ADMIN); elsewhere the tests that need it are skipped with a
-message, and the simulated faults (``RLIMIT_FSIZE``, ``/dev/full``) still run.
+Mounting and making device nodes need root (or CAP_SYS_ADMIN, CAP_MKNOD); elsewhere the tests
+that need them are skipped with a message, and the simulated faults (``RLIMIT_FSIZE``,
+``/dev/full``) still run.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import select
+import stat
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,3 +74,70 @@ def fill_up(directory: Path) -> Path:
 def listing(directory: Path) -> list[str]:
     """The names in ``directory`` (sorted), hidden temporaries included."""
     return sorted(p.name for p in directory.iterdir())
+
+
+#: the device numbers of Linux's /dev/null (takes every write) and /dev/full (ENOSPC on write)
+NULL_DEVICE = os.makedev(1, 3)
+FULL_DEVICE = os.makedev(1, 7)
+
+
+def character_device(path: Path, device: int = NULL_DEVICE) -> Path:
+    """A character device node at ``path`` (the test's own, never the machine's /dev), with the
+    numbers of ``device``; skips where nodes cannot be made or opened (no root, a nodev mount)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, device)
+    except PermissionError:
+        pytest.skip("making a device node needs root (CAP_MKNOD)")
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+    except PermissionError:
+        pytest.skip(f"device nodes cannot be opened under {path.parent} (mounted nodev)")
+    return path
+
+
+def is_device(path: Path, device: int = NULL_DEVICE) -> bool:
+    """Whether ``path`` itself (not a link) is still the character device ``device``."""
+    status = path.lstat()
+    return stat.S_ISCHR(status.st_mode) and status.st_rdev == device
+
+
+@contextmanager
+def drained_fifo(path: Path) -> Iterator[bytearray]:
+    """A FIFO at ``path`` whose bytes a thread reads into the yielded buffer while the block runs
+    (complete when it ends). The test holds the FIFO open for reading and writing, so a writer's
+    open never blocks and an output that replaced the FIFO leaves the test waiting on nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    received = bytearray()
+    failures: list[BaseException] = []
+    done = threading.Event()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+
+    def drain() -> None:
+        try:
+            while True:
+                if poller.poll(50):
+                    received.extend(os.read(fd, 1 << 16))
+                elif done.is_set():
+                    return
+        except BaseException as error:  # reported by the test's thread, below
+            failures.append(error)
+
+    reader = threading.Thread(target=drain, name="fifo-reader", daemon=True)
+    reader.start()
+    try:
+        yield received
+    finally:
+        done.set()
+        reader.join(timeout=60)
+        os.close(fd)
+    assert not reader.is_alive(), "the FIFO's reader did not stop"
+    if failures:
+        raise failures[0]
+
+
+def is_fifo(path: Path) -> bool:
+    return stat.S_ISFIFO(path.lstat().st_mode)

@@ -30,6 +30,7 @@ def test_the_preparation_workers_modules_do_not_import_torch() -> None:
     assert result.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_the_code_location_loads_without_torch_or_pandas() -> None:
     # every `dagster job execute`, `dagster dev` code server, multiprocess step and Celery task
     # loads it: torch (~1.5-3 s) and pandas (~0.4 s) are imported by the steps that use them

@@ -73,6 +73,7 @@ def test_nearest_neighbours_match_brute_force():
     np.testing.assert_allclose(similarities, -np.sort(-cos, axis=1)[:, :5], atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block_size", [1, 7, 64, 10_000])
 def test_blocked_search_and_mining_equal_unblocked(block_size):
     rng = np.random.default_rng(2)

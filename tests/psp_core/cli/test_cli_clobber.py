@@ -188,6 +188,7 @@ def test_a_device_that_is_not_there_is_one_line(tmp_path, bundle, inputs, capsys
     assert not output.exists()
 
 
+@pytest.mark.slow
 def test_evaluate_on_an_empty_folder_is_one_line_and_nothing_else(tmp_path, bundle):
     (tmp_path / "empty").mkdir()
     argv = ["evaluate", "--model", str(bundle), "--eval-dir", str(tmp_path / "empty")]

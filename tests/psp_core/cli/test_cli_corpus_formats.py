@@ -146,6 +146,30 @@ def test_ids_of_changing_types_are_kept_when_they_convert(
     assert read_vectors(output)["id"].tolist() == list(range(len(sentences)))  # the old one
 
 
+@pytest.mark.parametrize(("bad_record", "line"), [(3, 4), (20, 23)])
+def test_an_id_of_another_type_names_its_line(
+    tmp_path, bundle, sentences, small_chunks, capsys, bad_record, line
+):
+    """A value that does not convert to the ids' type (set by the first batch, or unknown within
+    it) is named by its line, blank lines counted, not by the position of its batch."""
+    records = [{"text": s, "id": i} for i, s in enumerate(sentences)]
+    records[bad_record]["id"] = "not a number"
+    lines = [json.dumps(r) for r in records]
+    lines[5:5] = ["", "  "]  # blank lines: a record's line is no longer its position + 1
+    source = tmp_path / "corpus.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out" / "vectors.parquet"
+    argv = ["--sentence-file", source, "--id-field", "id", "--model", bundle]
+
+    assert embed(*argv, "--output-file", output) == 2
+
+    err = capsys.readouterr().err
+    expected = f'psp: error: {source}:{line}: id field "id" is the string "not a number"'
+    assert err.startswith(expected), err
+    assert "int64" in err and "near vector" not in err
+    assert not output.parent.exists() or list(output.parent.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("lines", "arguments", "fragments"),
     [

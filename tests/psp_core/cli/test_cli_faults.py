@@ -4,6 +4,7 @@ folder without data and a full disk, and leaves no temporary file behind."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 
@@ -150,6 +151,29 @@ def test_full_disk_is_one_line_and_leaves_no_temporary_file(tmp_path, bundle, in
         written = output if name != "mine" else disk  # mine fails on its vectors' work file
         one_error_line(completed.stderr, f"no space left on device writing {written}")
         assert listing(disk) == ["filler"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit", ["full disk", "file size limit"])
+def test_a_full_disk_while_spooling_standard_input_names_the_spool(tmp_path, bundle, inputs, limit):
+    """Standard input is spooled beside the output before it is embedded; a disk that fills
+    then is one line naming the spool, not a bare ``[Errno 28]``, and nothing is left."""
+    body = inputs["sentences"].read_text() * 40  # 180 KiB
+    with contextlib.ExitStack() as stack:
+        if limit == "full disk":
+            folder = stack.enter_context(tiny_tmpfs(tmp_path / "disk", size_kib=64))
+        else:
+            folder = tmp_path / "out"
+            folder.mkdir()
+        output = folder / "vectors.npy"
+        argv = ["embed", "--sentence-file", "-", "--model", str(bundle), "--output-file"]
+        file_size_limit = 8192 if limit == "file size limit" else None
+        completed = run_psp([*argv, str(output)], input=body, file_size_limit=file_size_limit)
+        assert completed.returncode == 2, completed.stderr
+        reason = "no space left on device" if limit == "full disk" else "file too large"
+        line = one_error_line(completed.stderr, f"{reason} spooling standard input to {folder}")
+        assert "standard-input" in line
+        assert listing(folder) == []
 
 
 @pytest.mark.slow

@@ -97,6 +97,7 @@ def test_a_non_string_sentence_is_refused_by_name(proto):
         words.embed(["fine", None])
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_the_word_path_agrees_on_every_shared_sts_sentence(tmp_path):
     eval_dir = require_shared_data("eval")

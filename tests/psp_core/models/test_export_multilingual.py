@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import require_shared_data
 
+pytestmark = pytest.mark.slow  # the module's fixture trains a model
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 

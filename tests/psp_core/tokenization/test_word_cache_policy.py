@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from psp_core import load_model
 from psp_core.tokenization.word_cache_policy import (
@@ -54,6 +55,7 @@ def _zipf_stream(count: int, seed: int = 0, vocabulary: int = 5_000) -> list[str
     return [" ".join(rng.choices(words, weights, k=8)) for _ in range(count)]
 
 
+@pytest.mark.slow
 def test_repeated_sentences_take_the_cache_back(bundle) -> None:
     sentences = _zipf_stream(20_000, seed=1)
     model = load_model(bundle)
@@ -72,6 +74,7 @@ def test_repeated_sentences_take_the_cache_back(bundle) -> None:
                                rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sentences_of_new_words_coming_back_never_fill_the_cache_with_whole_blocks(bundle):
     """A workload that comes back with nearly every word new (8 made-up words a sentence): each
     trial serves under HOLD_FLOOR, so none of eight passes puts more than its probes and one trial through

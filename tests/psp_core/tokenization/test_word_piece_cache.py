@@ -57,6 +57,7 @@ def _eval_sentences(eval_dir: Path) -> list[str]:
     return sentences
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lang", ["ar", "de", "es", "fr", "ru", "tr", "zh"])
 def test_ids_equal_sentencepiece_on_all_shared_data(tmp_path, lang) -> None:
     bitext = require_shared_data("bitext", f"en-{lang}")
@@ -179,6 +180,7 @@ def _close_calls(processor, words: list[str], low: float, high: float) -> list[s
     return [word for _, word in sorted(found)]
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_texts_of_2000_to_20000_words_get_sentencepieces_ids(en_de_model) -> None:
     """Without a length limit (max_length 0), texts of 2,000-20,000 words of the shared bitext,
@@ -202,6 +204,7 @@ def test_texts_of_2000_to_20000_words_get_sentencepieces_ids(en_de_model) -> Non
             assert np.array_equal(got.ids, want.ids), length
 
 
+@pytest.mark.slow
 @pytest.mark.real_data
 def test_words_of_one_piece_near_a_tie_are_checked(en_de_model) -> None:
     """A word that is one piece can tie with a segmentation into several: it is checked like

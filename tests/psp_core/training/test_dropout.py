@@ -56,6 +56,7 @@ def test_the_gradient_passes_a_numerical_check():
     assert torch.autograd.gradcheck(mean, (rows,))
 
 
+@pytest.mark.slow
 def test_values_are_dropped_with_the_probability_asked_in_every_lane_of_the_draws():
     """The mask reads each 64-bit draw as four 16-bit numbers: each of the four lanes (and so
     every dimension) is dropped at the rate asked."""
@@ -71,6 +72,7 @@ def test_values_are_dropped_with_the_probability_asked_in_every_lane_of_the_draw
         assert (per_dimension - p).abs().max().item() < 0.01  # about 5 standard deviations
 
 
+@pytest.mark.slow
 def test_dropout_leaves_the_mean_unbiased():
     torch.manual_seed(3)
     encoder = MeanEmbeddingEncoder(12, 16, dropout=0.3)

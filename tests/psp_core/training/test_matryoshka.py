@@ -41,6 +41,7 @@ def _retrieval_accuracy(model, pairs, d: int) -> float:
     return float(np.mean((source @ target.T).argmax(1) == np.arange(len(pairs))))
 
 
+@pytest.mark.slow
 def test_training_with_nested_dims_makes_the_short_prefix_work(
     tmp_path, toy, toy_training_file, spm_path
 ) -> None:

@@ -123,6 +123,7 @@ def test_mining_matches_brute_force_for_any_chunk_size(negatives_from, screen):
     assert torch.equal(negatives.for_target, again.for_target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("negatives_from", ["opposite", "any"])
 def test_bfloat16_screening_gives_the_float32_negatives(negatives_from):
     # near ties everywhere: 900 noisy copies of 30 directions in 64 dimensions

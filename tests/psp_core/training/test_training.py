@@ -81,6 +81,7 @@ def retrieval_accuracy(model, pairs):
     return float(np.mean((source @ target.T).argmax(1) == np.arange(len(pairs))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["sparse", "dense"])
 def test_training_learns_translations(tmp_path, toy, toy_training_file, spm_path, optimizer):
     untrained = train(
@@ -112,6 +113,7 @@ def losses(history: list[dict]) -> list[tuple[int, int, float]]:
     return [(record["epoch"], record["steps"], record["loss"]) for record in history]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("optimizer", "dropout", "lr_decay", "piece_dropout"),
     [
@@ -324,6 +326,7 @@ def test_paraphrase_files_mine_from_both_sides(tmp_path, toy, tokenizer, spm_pat
     assert config["languages"] == ["en"]
 
 
+@pytest.mark.slow
 def test_sigkilled_psp_train_resumes_to_identical_weights(tmp_path, toy_training_file, spm_path):
     """A real kill (SIGKILL of the `psp train` process), not an exception."""
     flags = dict(QUICK, epochs=4, checkpoint_every=5, num_threads=1, dropout=0.1)

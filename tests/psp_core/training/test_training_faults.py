@@ -117,6 +117,7 @@ def _limit_file_size() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 
 
+@pytest.mark.slow
 def test_psp_train_past_the_file_size_limit_stops_with_one_line(
     tmp_path, toy_training_file, spm_path
 ):
