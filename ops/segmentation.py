@@ -37,6 +37,10 @@ def configure_jieba(cache_dir: str | Path) -> Callable[[str], str]:
     jieba.setLogLevel(logging.WARNING)
     jieba.dt.tmp_dir = str(cache_dir)
     jieba.dt.cache_file = CACHE_FILE
+    if jieba.dt.initialized and not (cache_dir / CACHE_FILE).is_file():
+        # loaded before in this process with another cache: load again, so that the cache the
+        # stage's worker processes read lands in ``cache_dir``
+        jieba.dt.initialized = False
     jieba.dt.initialize()
     segment = make_pretokenizer("jieba")
     assert segment is not None

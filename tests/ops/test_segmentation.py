@@ -76,3 +76,19 @@ def test_rjieba_segments_like_its_pretokenizer_in_any_number_of_workers(
     assert list(iter_pairs(output)) == [(segment(s), segment(t)) for s, t in pairs]
     assert segment("我爱北京天安门") == "我 爱 北京 天安门"
     assert not (tmp_path / "c" / CACHE_FILE).exists()  # jieba's cache is jieba's alone
+
+
+def test_the_cache_lands_in_the_stage_folder_even_when_jieba_was_loaded_before(
+    tmp_path: Path,
+) -> None:
+    """A process that loaded jieba before (another stage, another test) still writes the
+    dictionary cache where the stage's worker processes will read it."""
+    import jieba
+
+    from ops.segmentation import configure_jieba
+
+    jieba.setLogLevel(60)
+    configure_jieba(tmp_path / "first")
+    segment = configure_jieba(tmp_path / "second")
+    assert (tmp_path / "second" / CACHE_FILE).is_file()
+    assert segment("我爱北京天安门") == "我 爱 北京 天安门"
