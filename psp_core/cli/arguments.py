@@ -17,6 +17,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    """An argparse ``type``: a TCP port a server can listen on, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {value}")
+    return value
+
+
 def add_model_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """How a loaded model runs, for the commands that embed: its device, the dtype of its
     table and the dimensions kept."""

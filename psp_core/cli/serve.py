@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from psp_core.cli.arguments import positive_int
+from psp_core.cli.arguments import port_number, positive_int
 from psp_core.models.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_HELP, storage_root
 from psp_core.serving.limits import Limits
 
@@ -34,7 +34,7 @@ def add_serve_parser(commands) -> None:
         "the discovery under the storage root",
     )
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=port_number, default=8000, help="1 to 65535 (default 8000)")
     serve.add_argument(
         "--reload-interval", type=float, default=2.0, help="seconds between promotion checks"
     )
@@ -79,8 +79,11 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from psp_core.serving.server import ServeSettings, serve  # (Starlette, uvicorn: only here)
+    # (Starlette and uvicorn are imported for this command only)
+    from psp_core.serving.server import ServeSettings, check_port_free, serve
 
+    # a port another program holds is one line, before any model is loaded or banner printed
+    check_port_free(args.host, args.port)
     settings = ServeSettings(
         folders=served_folders(args),
         host=args.host,

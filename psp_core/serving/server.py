@@ -91,7 +91,7 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
 
 
 def _run_workers(settings: ServeSettings, workers: int) -> None:
-    _check_port_free(settings.host, settings.port)
+    check_port_free(settings.host, settings.port)
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()
     previous = {
@@ -174,7 +174,7 @@ def _socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def _check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int) -> None:
     """A clear error now if another program holds the port (each worker would fail to bind)."""
     try:
         _socket(host, port, reuse_port=False).close()

@@ -345,3 +345,31 @@ def test_a_killed_worker_is_replaced_and_a_taken_port_is_a_clear_error(two_versi
         )
     assert completed.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}" in completed.stderr
+
+
+def test_a_port_outside_1_to_65535_or_taken_is_refused_before_any_banner(tmp_path):
+    """No listening on a random port for 99999, no banner before a bind that fails: one line
+    and exit 2, before any model is loaded."""
+    for bad in ("99999", "0", "-1", "http"):
+        completed = subprocess.run(
+            [str(PSP_SCRIPT), "serve", "--model", f"de={tmp_path}", "--port", bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert completed.returncode == 2, completed.stderr
+        assert "argument --port" in completed.stderr and "psp serve (pid" not in completed.stderr
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        completed = subprocess.run(
+            [str(PSP_SCRIPT), "serve", "--model", f"de={tmp_path}", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [
+        f"psp: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
