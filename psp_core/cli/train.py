@@ -9,6 +9,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from psp_core.cli.errors import CliError, require_file
+from psp_core.files.output_files import check_outputs_apart
 from psp_core.models.bundle import check_bundle_output
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
 from psp_core.training import TrainConfig, train
@@ -30,6 +31,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if args.max_length < 0:
         raise CliError(f"--max-length must be 0 (no limit) or positive, got {args.max_length}")
     inputs = (args.data, args.spm, args.dev_sts)
+    if args.checkpoint_dir:
+        check_outputs_apart(args.output, "--output", args.checkpoint_dir, "--checkpoint-dir")
     output = check_bundle_output(
         args.output, overwrite=args.overwrite, inputs=inputs, what="output bundle directory"
     )

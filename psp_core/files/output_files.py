@@ -94,6 +94,20 @@ def check_not_an_input(
             )
 
 
+def check_outputs_apart(
+    first: str | Path, first_what: str, second: str | Path, second_what: str
+) -> None:
+    """Refuse, before any work, two outputs of one command that are the same path or one
+    inside the other (whether or not they exist yet): writing one would replace the other."""
+    one, two = _absolute(first), _absolute(second)
+    if one == two or one in two.parents or two in one.parents:
+        relation = "is" if one == two else ("holds" if one in two.parents else "is inside")
+        raise OutputError(
+            f"{first_what} {first} {relation} the {second_what} {second}; give them separate "
+            "folders"
+        )
+
+
 def check_output_file(
     path: str | Path, what: str = "output file", *, inputs: Iterable[str | Path | None] = ()
 ) -> OutputTarget:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from psp_core.devices import resolve_device
+from psp_core.files.output_files import check_outputs_apart
 from psp_core.inference.model import PSPModel
 from psp_core.models.bundle import BundleConfig, check_bundle_output, save_bundle
 from psp_core.models.model_card import CardFacts, model_card
@@ -143,6 +144,7 @@ def train(
     output_dir = Path(output_dir)
     checkpoint_dir = Path(checkpoint_dir or default_checkpoint_dir(output_dir))
     inputs = (data_path, spm_path)
+    check_outputs_apart(output_dir, "output bundle", checkpoint_dir, "checkpoint directory")
     check_bundle_output(output_dir, overwrite=overwrite, inputs=inputs, what="output bundle")
     check_checkpoint_directory(checkpoint_dir, overwrite=overwrite, inputs=(*inputs, output_dir))
     store = CheckpointStore(checkpoint_dir)

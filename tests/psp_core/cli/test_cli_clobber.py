@@ -140,6 +140,30 @@ def test_train_checkpoint_dir_of_other_files_is_refused(tmp_path, train_inputs, 
     assert not (tmp_path / "model").exists()
 
 
+def test_train_output_and_checkpoint_dir_that_overlap_are_refused_before_training(
+    tmp_path, train_inputs, capsys
+):
+    """The same folder, or one inside the other: refused at once, nothing trained or written
+    (it used to train the whole run, then refuse to write the bundle)."""
+    for output, checkpoint in (("X", "X"), ("X", "X/ck"), ("ck/X", "ck")):
+        argv = command("train", None, train_inputs, tmp_path / output)
+        argv += ["--checkpoint-dir", str(tmp_path / checkpoint)]
+        run_main(capsys, argv, "--checkpoint-dir", "give them separate folders")
+        assert not (tmp_path / output).exists() and not (tmp_path / checkpoint).exists()
+    from psp_core import TrainConfig, train
+    from psp_core.files.output_files import OutputError
+
+    with pytest.raises(OutputError, match="give them separate folders"):
+        train(
+            train_inputs["data"],
+            train_inputs["spm"],
+            tmp_path / "Y",
+            TrainConfig(dim=8, epochs=1),
+            checkpoint_dir=tmp_path / "Y",
+        )
+    assert not (tmp_path / "Y").exists()
+
+
 def test_train_onto_its_own_inputs_is_refused(tmp_path, train_inputs, capsys):
     spm_folder = train_inputs["spm"].parent
     before = tree(spm_folder)
