@@ -351,28 +351,43 @@ def eval_dir_for(args) -> Path:
     return args.data_dir / "eval"
 
 
+#: the offline registry: the pipeline on the real data, its folders named relative to the repository
+OFFLINE_REGISTRY = REPO_ROOT / "configs" / "languages-shared-data.toml"
+
+
+def offline_registry_text(
+    data_dir: Path, bitext: dict[str, Path] | None = None, source: Path = OFFLINE_REGISTRY
+) -> str:
+    """The text of the registry ``source`` with its data folders under ``data_dir`` (absolute),
+    and each language of ``bitext`` reading the folder given instead of its shared bitext."""
+    data_dir = Path(data_dir).resolve()
+    named = os.path.relpath(DEFAULT_DATA_DIR, REPO_ROOT)  # how the offline registry names it
+    text = source.read_text(encoding="utf-8").replace(f'"{named}/', f'"{data_dir}/')
+    for lang, folder in (bitext or {}).items():
+        shared = f'"{data_dir}/bitext/en-{lang}"'
+        if shared not in text:
+            raise SystemExit(f"{source} has no {shared} to replace")
+        text = text.replace(shared, f'"{folder}"')
+    return text
+
+
 def quick_registry(
     data_dir: Path, results_dir: Path, langs: tuple[str, ...], pairs: int = QUICK_PAIRS
 ) -> Path:
-    """The offline registry (configs/languages-shared-data.toml) reading, for each of ``langs``,
-    a copy of the first ``pairs`` pairs of its shared bitext, made under ``results_dir``: the
-    pipeline's stages on a slice of the real data. The other languages read the shared data."""
-    text = (REPO_ROOT / "configs" / "languages-shared-data.toml").read_text(encoding="utf-8")
+    """The offline registry reading, for each of ``langs``, a copy of the first ``pairs`` pairs
+    of its shared bitext, made under ``results_dir``: the pipeline's stages on a slice of the
+    real data. The other languages read the shared data."""
     folder = results_dir / f"quick-bitext-{pairs}"
+    copies = {}
     for lang in langs:
         english, other = read_bitext(data_dir, lang, pairs)
-        target = folder / f"en-{lang}"
+        target = copies[lang] = folder / f"en-{lang}"
         target.mkdir(parents=True, exist_ok=True)
         for code, lines in (("en", english), (lang, other)):
             with gzip.open(target / f"combined.{code}.gz", "wt", encoding="utf-8") as handle:
                 handle.write("".join(line + "\n" for line in lines))
-        shared = f'"../shared/data/bitext/en-{lang}"'
-        if shared not in text:
-            raise SystemExit(f"the offline registry has no {shared} to replace")
-        text = text.replace(shared, f'"{target}"')
-    text = text.replace('"../shared/data/', f'"{data_dir.resolve()}/')
     path = folder / "languages.toml"
-    path.write_text(text, encoding="utf-8")
+    path.write_text(offline_registry_text(data_dir, copies), encoding="utf-8")
     return path
 
 

@@ -1,4 +1,4 @@
-"""The multilingual model on the shared data (issue 19): temperature sampling's alpha, mining
+"""The multilingual model on the shared data: temperature sampling's alpha, mining
 across languages or within each, the per-language models beside it, a held-back zh-en check and
 training throughput against a one-language model with the same vocabulary and dimension.
 
@@ -8,7 +8,7 @@ except that zh reads a copy of the shared zh bitext without every ``--hold-every
 those pairs (never trained on by either model) are the zh-en check, scored like Tatoeba (error
 % of nearest-neighbour retrieval, cosine and margin, both directions averaged).
 
-    python benchmarks/multi_model.py                       # the table in benchmarks/README.md
+    python benchmarks/multi_model.py                       # the table in benchmarks/RESULTS.md#multi-model
     python benchmarks/multi_model.py --alphas 0.5 --within megabatch --skip-languages
 
 Prints one JSON object (and writes it to ``--output`` if given).
@@ -51,14 +51,12 @@ def registry_file(
     root: Path,
     zh_dir: Path,
     shared: Path = SHARED,
-    source: Path = ROOT / "configs" / "languages-shared-data.toml",
+    source: Path = _common.OFFLINE_REGISTRY,
     languages: list[str] | None = None,
 ) -> Path:
     """The registry ``source`` (its bitext under ``shared``) with zh read from ``zh_dir``,
     every variant promoted, and the multilingual model of ``languages`` when given."""
-    text = source.read_text()
-    text = text.replace('"../shared/data/bitext/', f'"{shared}/bitext/')
-    text = text.replace(f'"{shared}/bitext/en-zh"', f'"{zh_dir}"')
+    text = _common.offline_registry_text(shared, {"zh": zh_dir}, source)
     if languages:
         text = text.replace("[multi]\n", f"[multi]\nlanguages = {json.dumps(languages)}\n", 1)
     # every variant is promoted (the gate would keep the first one trained and evaluate it
@@ -89,7 +87,7 @@ def dev_of(root: Path, code: str) -> dict:
     """The dev suite of the newest model version of ``code`` (psp_core/evaluation/dev_suite.py:
     STS 2017 en-en, STS-B dev, and each language's held-back pairs, which share no sentence
     with training), and ``dev_mean``: the mean of the two STS scores and of the languages'
-    mean held-back accuracy (the rule issue 29 part 4 decides the multilingual defaults by)."""
+    mean held-back accuracy (the rule the multilingual defaults are decided by)."""
     from psp_core.models.registry import ModelRegistry
 
     versions = ModelRegistry(root / code / "psp_model").versions()
@@ -210,7 +208,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, list[str], list[str], str]:
     profile. With ``--quick``: de and zh only, a slice of each, the smoke profile, the root
     under ``--results-dir``."""
     shared = args.data_dir.resolve()
-    profile, source = "demo", ROOT / "configs" / "languages-shared-data.toml"
+    profile, source = "demo", _common.OFFLINE_REGISTRY
     languages, limit = None, None
     if args.quick:
         args.root, args.variants, args.throughput_steps = args.results_dir / "quick-multi", "1.0", 0
