@@ -1,5 +1,5 @@
 """A trained model's table changed by removing a common direction, or by weighting each piece
-by its frequency, scored on the dev suite (issue 29 part 3; tables in benchmarks/README.md).
+by its frequency, scored on the dev suite (benchmarks/RESULTS.md#common-direction).
 
 The mean of ``E[id] P - c`` over a sentence's pieces is ``mean(E[id]) P - c``, so centering
 sentence vectors (``c``: the mean vector of training sentences) and projecting out their top

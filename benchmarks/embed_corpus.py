@@ -31,8 +31,8 @@ Also, in its own fresh process per round, the repeated-STS figure of earlier ben
 20,216 shared STS sentences embedded again and again with the defaults (``sts_repeated``: the
 median of 7 passes after a first).
 
-Prints one JSON object on stdout (per path: each round's sentences/s, median, and the goals of
-issue 26); logs go to stderr.
+Prints one JSON object on stdout (per path: each round's sentences/s, median, and the goals
+it is held to); logs go to stderr.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Training and embedding speed on one GPU at the paper's settings (issue 15's GPU path).
+"""Training and embedding speed on one GPU at the paper's settings (the CUDA path).
 
 * **training**: pairs/s of the training step itself (``psp_core.training.steps.
   train_megabatch``: mining the mega-batch's hard negatives, then one optimizer step per

@@ -11,7 +11,7 @@ their mean): STS 2012-2014 (mean of the years' means) and STS 2017 en-en (Pearso
 the Tatoeba error rate (mean of both directions) on ../shared/data's Tatoeba languages (German
 is not among them: a sanity check).
 
-Goal (issue 16): truncated to 256 dimensions, the Matryoshka model keeps >= 98% of its
+Goal: truncated to 256 dimensions, the Matryoshka model keeps >= 98% of its
 1024-dimension STS score, and its 1024-dimension score is at most 0.5 points below the plain
 model's.
 

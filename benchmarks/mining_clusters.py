@@ -1,12 +1,12 @@
-"""Clustered mining against exact mining on one mega-batch (issue 29 part 2; table in
-benchmarks/README.md, "A way the issue's own rule leaves open").
+"""Clustered mining against exact mining on one mega-batch (table in
+benchmarks/RESULTS.md#mining-clusters).
 
 Embeds 12,800 pairs of a training file with a trained model and finds every sentence's hardest
 negative twice: by the trainer's exact mining (``mine_hard_negatives`` in plain float32, both
 sides, its exclusions by sentence hash), and by comparing each anchor only with the candidates
 of its ``probed`` nearest clusters (spherical k-means on the candidates), under the same
 exclusions. Reports the time of each and the share of anchors whose negative is the exact one,
-or within 0.01 cosine of it: the agreement issue 29 asks of a cheaper mining (>= 95%).
+or within 0.01 cosine of it: the agreement a cheaper mining must reach to replace exact mining (>= 95%).
 
     .venv/bin/python benchmarks/mining_clusters.py --root runs/fresh_multi --code multi
 """

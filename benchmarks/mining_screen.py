@@ -1,4 +1,4 @@
-"""Cheaper hard-negative mining, measured against exact mining (issue 29 part 2, exploration).
+"""Cheaper hard-negative mining, measured against exact mining (benchmarks/RESULTS.md#mining-screen).
 
 One mega-batch of 12,800 shared en-de pairs, embedded by a model trained for ``--warm-steps``
 steps at the paper's settings (``train_profile.py``'s setup: 50k vocabulary, dim 1024). For each

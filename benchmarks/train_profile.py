@@ -1,4 +1,4 @@
-"""Where training time goes at the paper's settings (issue 29 part 1), and this machine's ceilings.
+"""Where training time goes at the paper's settings, and this machine's ceilings.
 
 The real en-de bitext encoded with the 50k sentencepiece model (the training file of
 ``train_speed.py``, 100k pairs), dim 1024, batch 128, the sparse (lazy Adam) optimizer, lr 0.001,
@@ -11,7 +11,7 @@ negatives), forward, backward, optimizer. Then mining split on one mega-batch of
 of the warmed-up model: the bfloat16 block products alone, plain float32 mining, the default
 (bfloat16 screening + float32 re-scoring), bfloat16 mining, and the share of anchors for which
 the default picks the negative plain float32 mining picks (the screen must change nothing: the
-quality check of issue 29 part 2, on real data). Ceilings: matrix product GFLOP/s
+quality check of cheaper mining, on real data). Ceilings: matrix product GFLOP/s
 (float32 and bfloat16, the mining block's shape) and memory bandwidth (a large copy).
 
 Prints one JSON object on stdout; logs go to stderr.

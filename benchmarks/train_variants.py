@@ -1,4 +1,4 @@
-"""Training settings compared on the dev suite, epoch by epoch (issue 29 part 3).
+"""Training settings compared on the dev suite, epoch by epoch.
 
 Trains a model on a training file that ``benchmarks/multi_model.py`` prepared (``--root``,
 default ``runs/bench_multi``: ``multi`` or a language's ``training_data``) with the demo

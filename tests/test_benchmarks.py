@@ -4,7 +4,7 @@ packages fails here rather than on the day someone measures with it.
 
 Each runs as a user runs it (``python benchmarks/NAME.py --quick``, from the repository root, in
 a process of its own) with a temporary ``--results-dir``, so nothing is written into the
-checkout. A script that prints ``{"skipped": ...}`` (no ../shared/data; gpu_speed.py without
+checkout. A script that prints ``{"skipped": ...}`` (no real data; gpu_speed.py without
 CUDA) is reported as skipped with its reason.
 """
 

@@ -178,7 +178,7 @@ def test_the_multilingual_model_from_the_languages_own_outputs(world: dict) -> N
 def test_the_raw_text_multilingual_model_exports_from_its_config(world: dict, tmp_path) -> None:
     """The shipped default (Chinese as raw text, no [multi] pretokenizer): ``exports`` in
     multi_psp_model's config writes both formats, which embed Chinese, German and English as
-    psp_core does (issue 26 part 4)."""
+    psp_core does."""
     pytest.importorskip("sentence_transformers", reason="the export extra is not installed")
     pytest.importorskip("model2vec", reason="the export extra is not installed")
     from model2vec import StaticModel

@@ -1,4 +1,4 @@
-"""The promotion gate in the pipeline (issue 27): a retrain made worse on purpose (a learning rate
+"""The promotion gate in the pipeline: a retrain made worse on purpose (a learning rate
 of 100) is kept as a version but not promoted; the language's model, its evaluation and its
 exports stay the earlier version's; promoting it by hand swaps it in, and rollback brings the
 first back."""

@@ -169,7 +169,7 @@ def test_real_bitext_is_mostly_kept(tmp_path: Path, identifier, lang: str) -> No
 
 
 # (English side, other side, its language, kept by the rules "threshold" (0.5, the rule before
-# issue 13), "top_label" (the reference's ParaNMT rule) and "other_language" (the default))
+# its rule), "top_label" (the reference's ParaNMT rule) and "other_language" (the default))
 PAIRS = [
     pytest.param(
         "Lucrative business", "Lukratives Geschäft", "de", (False, False, True),

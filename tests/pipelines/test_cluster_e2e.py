@@ -1,4 +1,4 @@
-"""``scripts/cluster_e2e.py`` stops everything it started (issue 15): after a failure (a backfill
+"""``scripts/cluster_e2e.py`` stops everything it started: after a failure (a backfill
 of a partition that does not exist) and after Ctrl-C in the middle of a backfill, no process of
 its services is left, its PostgreSQL server is stopped, and the last line is the JSON summary
 saying what happened. The successful path is CI's (``.ci/run`` runs the script whole, ~80 s).

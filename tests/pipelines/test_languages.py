@@ -34,7 +34,9 @@ def test_shipped_registry_has_the_papers_languages_sources_and_defaults() -> Non
         assert [c.opus_code(code) for c in spec.corpora] == [
             c.opus_code(code) for c in paper_corpora(code)
         ]
-    assert registry["zh"].pretokenizer == "none"  # raw text: benchmarks/README.md
+    assert (
+        registry["zh"].pretokenizer == "none"
+    )  # raw text: benchmarks/RESULTS.md#segmenter-compare
     assert registry["de"].pretokenizer == "none"
     assert registry["de"].train_config() == TrainConfig()  # the paper's hyperparameters
     assert registry["de"].train_config(dim=32).dim == 32

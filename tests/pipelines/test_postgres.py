@@ -1,4 +1,4 @@
-"""Dagster on PostgreSQL (issue 15): a real server started by scripts/postgres.py on 127.0.0.1,
+"""Dagster on PostgreSQL: a real server started by scripts/postgres.py on 127.0.0.1,
 its credentials from the environment, holds the runs and events of a real ``dagster job
 execute``; restarted between two runs, the next run works. Skipped, with a message, without
 Debian's postgresql package or the ``cluster`` extra (dagster-postgres)."""

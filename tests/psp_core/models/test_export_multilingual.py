@@ -1,6 +1,6 @@
-"""Every model the pipeline trains exports (issue 26 part 4): a model with one vocabulary for
+"""Every model the pipeline trains exports: a model with one vocabulary for
 seven languages, Chinese as raw text (no jieba: the default of the zh and multilingual models,
-benchmarks/README.md "Chinese without jieba"), trained on a slice of the shared bitext, exported
+benchmarks/RESULTS.md#segmenter-compare), trained on a slice of the shared bitext, exported
 to sentence-transformers and model2vec, gives the same vectors as psp_core on a mixed sample of
 English, German, Arabic, Turkish, Russian and Chinese sentences held out of its training: cosine
 >= 0.9999 on at least 99.5% of them, in both libraries. Skipped without ``../shared/data``."""

@@ -1,4 +1,4 @@
-"""One vocabulary for every script (issue 19): the ``rjieba_han`` pre-tokenizer segments only the
+"""One vocabulary for every script: the ``rjieba_han`` pre-tokenizer segments only the
 runs of Han characters, so in a sentence mixing Latin, Arabic and Chinese the Latin and Arabic
 words get the very pieces they get alone, with no pre-tokenizer; jieba on the whole sentence
 would not (it splits Arabic into letters and punctuation off Latin words)."""

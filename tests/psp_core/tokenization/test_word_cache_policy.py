@@ -78,7 +78,7 @@ def test_repeated_sentences_take_the_cache_back(bundle) -> None:
 def test_sentences_of_new_words_coming_back_never_fill_the_cache_with_whole_blocks(bundle):
     """A workload that comes back with nearly every word new (8 made-up words a sentence): each
     trial serves under HOLD_FLOOR, so none of eight passes puts more than its probes and one trial through
-    the cache (a whole block's fill costs more than sentencepiece: benchmarks/README.md)."""
+    the cache (a whole block's fill costs more than sentencepiece: benchmarks/RESULTS.md#embed-corpus)."""
     sentences = _new_words_stream(20_000, seed=1)
     model = load_model(bundle)
     policy = model.tokenizer.cache_policy

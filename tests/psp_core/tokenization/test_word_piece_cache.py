@@ -1,4 +1,4 @@
-"""The word cache (``psp_core/tokenization/word_piece_cache.py``) gives sentencepiece's own ids (issue 16): on every
+"""The word cache (``psp_core/tokenization/word_piece_cache.py``) gives sentencepiece's own ids: on every
 sentence of the shared data (each language's bitext, both sides, the ParaNMT sample, every
 evaluation file) with a model trained on that language, and on the hard cases built here: words
 whose best segmentations tie, the whitespace Python and sentencepiece disagree on, control

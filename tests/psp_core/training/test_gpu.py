@@ -1,4 +1,4 @@
-"""The CUDA path (issue 15): one training step and one embed call give on a GPU what they give
+"""The CUDA path: one training step and one embed call give on a GPU what they give
 on the CPU, within float tolerance. Marked ``gpu``; skipped, with a message, without one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One training step on hand-built mega-batches whose hardest negatives are known (issue 13).
+"""One training step on hand-built mega-batches whose hardest negatives are known.
 
 Every sentence is one piece, so its embedding is one row of the table, and the rows are built
 from a table of cosines (the Cholesky factor of their Gram matrix, rescaled so that only
