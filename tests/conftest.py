@@ -48,19 +48,26 @@ def toy() -> ToyLanguage:
     return ToyLanguage()
 
 
-@pytest.fixture(scope="session")
-def spm_proto(toy: ToyLanguage) -> bytes:
-    sentences = [s.lower() for pair in toy.pairs(3000, seed=99) for s in pair]
+def toy_sentencepiece(
+    toy: ToyLanguage, pairs: int, vocab_size: int, *, seed: int = 1, **options
+) -> bytes:
+    """A sentencepiece model trained on both sides (lowercased) of ``pairs`` pairs of the toy
+    language drawn with ``seed``; the other ``options`` go to sentencepiece."""
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
+        sentence_iterator=iter([s.lower() for pair in toy.pairs(pairs, seed=seed) for s in pair]),
         model_writer=model,
-        vocab_size=400,
-        character_coverage=1.0,
+        vocab_size=vocab_size,
         hard_vocab_limit=False,
         minloglevel=2,
+        **options,
     )
     return model.getvalue()
+
+
+@pytest.fixture(scope="session")
+def spm_proto(toy: ToyLanguage) -> bytes:
+    return toy_sentencepiece(toy, 3000, 400, seed=99, character_coverage=1.0)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import pickle
@@ -31,7 +30,7 @@ from psp_core.models.bundle import (
     save_bundle,
 )
 from psp_core.tokenization.tokenizer import Tokenizer
-from tests.conftest import random_model
+from tests.conftest import random_model, toy_sentencepiece
 from tests.psp_core.filesystems import fill_up, listing, tiny_tmpfs
 
 BUNDLE_FILES = {CONFIG_FILE, SPM_FILE, EMBEDDINGS_FILE, "README.md"}  # README.md: the model card
@@ -40,17 +39,7 @@ BUNDLE_FILES = {CONFIG_FILE, SPM_FILE, EMBEDDINGS_FILE, "README.md"}  # README.m
 @pytest.fixture(scope="module")
 def other_spm_proto(toy) -> bytes:
     """A second valid sentencepiece model, trained on other sentences with another vocabulary."""
-    sentences = [s.lower() for pair in toy.pairs(300, seed=7) for s in pair]
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences),
-        model_writer=model,
-        vocab_size=120,
-        character_coverage=1.0,
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    return model.getvalue()
+    return toy_sentencepiece(toy, 300, 120, seed=7, character_coverage=1.0)
 
 
 def _edit_config(bundle: Path, edit: Callable[[dict], None]) -> None:

@@ -16,6 +16,8 @@ from psp_core.models.export import ExportError, build_tokenizer, export_model
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from tests.conftest import toy_sentencepiece
+
 
 def _skip_without(module: str) -> None:
     pytest.importorskip(
@@ -154,41 +156,17 @@ def test_chinese_jieba_bundle_is_refused_naming_the_pretokenizer(tmp_path, model
 
 def test_bpe_sentencepiece_model_is_refused_naming_the_model_type(tmp_path, toy):
     _skip_without("tokenizers")
-    import io
-
-    import sentencepiece as spm
-
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter([s.lower() for pair in toy.pairs(500) for s in pair]),
-        model_writer=proto,
-        vocab_size=200,
-        model_type="bpe",
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
+    proto = toy_sentencepiece(toy, 500, 200, model_type="bpe")
     with pytest.raises(ExportError, match="sentencepiece model type 'bpe'"):
-        build_tokenizer(proto.getvalue())
+        build_tokenizer(proto)
 
 
 def test_a_sentencepiece_model_that_splits_digits_is_refused(toy):
     """The exported tokenizer would keep numbers whole where sentencepiece splits them."""
     _skip_without("tokenizers")
-    import io
-
-    import sentencepiece as spm
-
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter([s.lower() for pair in toy.pairs(500) for s in pair]),
-        model_writer=proto,
-        vocab_size=200,
-        split_digits=True,
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
+    proto = toy_sentencepiece(toy, 500, 200, split_digits=True)
     with pytest.raises(ExportError, match="split_digits"):
-        build_tokenizer(proto.getvalue())
+        build_tokenizer(proto)
 
 
 def test_unknown_format_is_refused(tmp_path, bundle):
