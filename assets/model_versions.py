@@ -14,7 +14,7 @@ from assets.resources import StorageResource
 from assets.stage import Manifest, StageInputMissing, read_manifest
 from psp_core.evaluation.dev_suite import dev_scores
 from psp_core.models.promotion import GateDecision, decide
-from psp_core.models.registry import ModelRegistry, Version
+from psp_core.models.registry import ModelRegistry, Version, last_decision
 
 MODEL_STAGE = "psp_model"
 
@@ -93,9 +93,8 @@ def run_gate(
     promoted = registry.promoted()
     if promoted is not None and promoted.id == version.id:
         return None, f"version {version.id} is the promoted one"
-    earlier = [e for e in registry.history() if e.get("version") == version.id]
-    if earlier:
-        last = earlier[-1]
+    last = last_decision(registry.history(), version.id)
+    if last is not None:
         return None, (
             f"version {version.id} was decided before ({last.get('action')}, {last.get('time')}:"
             f" {last.get('reason')}); the promoted version stays "
@@ -138,9 +137,8 @@ def gate_metadata(
         scores = {"candidate": decision.candidate, "incumbent": decision.incumbent}
         metadata["promotion_scores"] = _scores_table(scores, decision.tolerance)
         return metadata
-    earlier = [e for e in registry.history() if e.get("version") == version.id]
-    if earlier:  # (none for a bundle adopted from an earlier release)
-        last = earlier[-1]
+    last = last_decision(registry.history(), version.id)
+    if last is not None:  # (none for a bundle adopted from an earlier release)
         action = last.get("action", "")
         when = f" at {last['time']}" if last.get("time") else ""
         metadata["promotion_decided"] = MetadataValue.text(f"{action}{when}, by an earlier run")

@@ -16,6 +16,7 @@ from psp_core.models.registry import (
     RegistryError,
     Version,
     language_registry,
+    last_decision,
     storage_root,
 )
 
@@ -70,7 +71,7 @@ def version_row(
     version: Version, promoted: Version | None, previous: Version | None, history: list[dict]
 ) -> dict:
     info = version.info
-    decisions = [e for e in history if e.get("version") == version.id]
+    decision = last_decision(history, version.id)
     return {
         "version": version.id,
         "promoted": promoted is not None and version.id == promoted.id,
@@ -78,7 +79,7 @@ def version_row(
         "created_at": info.get("created_at"),
         "dev_scores": version.dev_scores,
         "test_scores": version.test_scores,
-        "decision": decisions[-1]["action"] if decisions else None,
+        "decision": decision["action"] if decision else None,
         "bundle": str(version.bundle),
     }
 

@@ -112,6 +112,12 @@ class Version:
         return (_read_json(self.directory / EVALUATION_FILE) or {}).get("test_scores") or {}
 
 
+def last_decision(history: list[dict[str, Any]], version_id: str) -> dict[str, Any] | None:
+    """The newest entry of a registry's ``history`` about ``version_id`` (promoted, rejected,
+    rolled back to), or None."""
+    return next((e for e in reversed(history) if e.get("version") == version_id), None)
+
+
 class ModelRegistry:
     """The versions under ``root`` (see the module docstring)."""
 
