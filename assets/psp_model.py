@@ -251,20 +251,14 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
     )
     held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), held_back)
-    # a field added after models were trained is left out at the value that trains as before,
-    # so an upgrade retrains nothing
-    settings = {
-        k: v
-        for k, v in train_config.to_dict().items()
-        if k not in _NOT_IN_FINGERPRINT and TrainConfig.ADDED_LATER.get(k, object()) != v
-    }
+    settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)
     key = {
         "stage": stage.name,
         # this stage's code version also for the multilingual model (whose asset has its own)
         "code": CODE_VERSION,
         "spm": spm.fingerprint,
         "data": data.fingerprint,
-        "settings": settings,
+        "settings": settings | TrainConfig.removed_in_fingerprints(),
         "pretokenizer": spec.pretokenizer,
         "dev": selection,
     }

@@ -204,7 +204,8 @@ def negative_rules(config: TrainConfig, info) -> tuple[tuple[str, ...], tuple[in
 
     A one-language file mines by its kind (bitext from the opposite side, paraphrases from any
     sentence) unless ``config.negatives_from`` says otherwise; a file of several languages mines
-    each group among its kind's pairs, or, with ``negatives_within="language"``, its own."""
+    each group among every pair of its kind in the mega-batch, whatever its language (mining
+    within each language was tried and dropped: benchmarks/RESULTS.md#dropped)."""
     group_rules = tuple(
         config.negatives_from or ("any" if kind == "paraphrase" else "opposite")
         for kind in info.group_kinds
@@ -215,11 +216,9 @@ def negative_rules(config: TrainConfig, info) -> tuple[tuple[str, ...], tuple[in
         )
         return group_rules, (), negatives_from
     kinds = sorted(set(info.group_kinds))
-    by_language = config.negatives_within == "language"
-    group_keys = tuple(
-        index if by_language else kinds.index(kind) for index, kind in enumerate(info.group_kinds)
-    )
-    return group_rules, group_keys, "by kind, within the " + config.negatives_within
+    group_keys = tuple(kinds.index(kind) for kind in info.group_kinds)
+    # the words checkpoints have always recorded for this rule
+    return group_rules, group_keys, "by kind, within the megabatch"
 
 
 class _TrainingRun:
@@ -263,7 +262,6 @@ class _TrainingRun:
             info.vocab_size,
             config.dim,
             dropout=config.dropout,
-            piece_dropout=config.piece_dropout,
             sparse=config.optimizer == "sparse",
         )
         self.model.reset_parameters(torch.Generator().manual_seed(config.seed))
