@@ -28,9 +28,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     require_file(Path(args.spm), "sentencepiece model")
     if args.dev_sts:
         require_file(Path(args.dev_sts), "dev STS file")
+    if args.init_from and not Path(args.init_from).is_dir():
+        raise CliError(f"--init-from {args.init_from} is not a model bundle directory")
     if args.max_length < 0:
         raise CliError(f"--max-length must be 0 (no limit) or positive, got {args.max_length}")
-    inputs = (args.data, args.spm, args.dev_sts)
+    inputs = (args.data, args.spm, args.dev_sts, args.init_from)
     if args.checkpoint_dir:
         check_outputs_apart(args.output, "--output", args.checkpoint_dir, "--checkpoint-dir")
     output = check_bundle_output(
@@ -57,6 +59,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         lowercase=not args.no_lowercase,
         max_length=args.max_length,
         overwrite=args.overwrite,
+        init_from=args.init_from,
     )
     if result.rank == 0:  # under torchrun, only rank 0 reports
         print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
@@ -104,6 +107,13 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev-sts", help="STS file (gold<TAB>s1<TAB>s2) for model selection")
     parser.add_argument("--checkpoint-dir", help="default: <output>.checkpoint")
     parser.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
+    parser.add_argument(
+        "--init-from",
+        metavar="MODEL",
+        help="start from this model bundle's weights (a fresh optimizer: bundles keep none) "
+        "instead of random ones; its sentencepiece model must be the one --data was encoded "
+        "with. A checkpoint to resume takes precedence",
+    )
     parser.add_argument("--keep-checkpoint", action="store_true")
     parser.add_argument("--pretokenizer", choices=PRETOKENIZERS, default=None)
     parser.add_argument("--no-lowercase", action="store_true")

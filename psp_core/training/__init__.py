@@ -16,12 +16,14 @@ if TYPE_CHECKING:
         CheckpointWriteError,
     )
     from psp_core.training.config import TrainConfig
+    from psp_core.training.init_from import InitFromMismatchError
     from psp_core.training.steps import NonFiniteLossError
     from psp_core.training.trainer import TrainResult, train
 
 _EXPORTS = {
     "CheckpointMismatchError": "psp_core.training.checkpoint",
     "CheckpointWriteError": "psp_core.training.checkpoint",
+    "InitFromMismatchError": "psp_core.training.init_from",
     "NonFiniteLossError": "psp_core.training.steps",
     "TrainConfig": "psp_core.training.config",
     "TrainResult": "psp_core.training.trainer",
@@ -31,6 +33,7 @@ _EXPORTS = {
 __all__ = [
     "CheckpointMismatchError",
     "CheckpointWriteError",
+    "InitFromMismatchError",
     "NonFiniteLossError",
     "TrainConfig",
     "TrainResult",
