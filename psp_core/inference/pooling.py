@@ -10,6 +10,10 @@ used (fastest first, benchmarks/RESULTS.md#light-install):
 * ``scipy``: scipy's product of a sparse matrix (one row per sentence, its ids as columns, its
   weights as values) with the table;
 * ``numpy``: per sentence, its weights times its gathered rows (a Python loop over sentences).
+
+Without torch, a call of fewer than :data:`FEW_SENTENCES` sentences takes the numpy loop even
+where scipy is installed: as fast on so few, and ``psp embed`` of a line does not pay for
+importing scipy (benchmarks/RESULTS.md#light-install).
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ def _numpy_sums(table, ids, offsets, weights, out) -> None:
             out[i] = 0
 
 
+#: below this many sentences in a call, the numpy loop rather than scipy (see above)
+FEW_SENTENCES = 16
+
 #: the implementations, fastest first, each with the module it needs
 IMPLEMENTATIONS = {
     "torch": ("torch", _torch_sums),
@@ -93,7 +100,11 @@ def weighted_sums(
     count = len(offsets) - 1
     if out is None:
         out = np.empty((count, table.shape[1]), dtype=np.float32)
-    if count > 0:
+    if count == 0:
+        return out
+    if count < FEW_SENTENCES and torch_module() is None:
+        _numpy_sums(table, ids, offsets, weights, out)
+    else:
         IMPLEMENTATIONS[backend()][1](table, ids, offsets, weights, out)
     return out
 
