@@ -9,12 +9,11 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from psp_core.cli.errors import CliError, require_file
+from psp_core.extras import require
 from psp_core.files.output_files import check_outputs_apart
 from psp_core.models.bundle import check_bundle_output
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
-from psp_core.training import TrainConfig, train
-from psp_core.training.checkpoint import check_checkpoint_directory
-from psp_core.training.trainer import default_checkpoint_dir
+from psp_core.training.config import TrainConfig
 
 
 def add_train_parser(commands) -> None:
@@ -24,6 +23,14 @@ def add_train_parser(commands) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    # torch, h5py and requests (--dev-sts) come with the [train] extra: one line naming it,
+    # before any check or work
+    for module in ("torch", "h5py", "requests"):
+        require(module, "train", "psp train")
+    from psp_core.training import train
+    from psp_core.training.checkpoint import check_checkpoint_directory
+    from psp_core.training.trainer import default_checkpoint_dir
+
     require_file(Path(args.data), "training file")
     require_file(Path(args.spm), "sentencepiece model")
     if args.dev_sts:
