@@ -6,6 +6,8 @@ answers ``cpu`` and ``auto`` without importing it where it is not installed."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING
 
 from psp_core.extras import MissingExtra
@@ -15,12 +17,25 @@ if TYPE_CHECKING:
     import torch
 
 
+#: what a Linux machine that can run CUDA has: the NVIDIA driver's control node and its /proc
+#: entry, or WSL2's GPU device
+CUDA_DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")
+
+
+def cuda_driver_absent() -> bool:
+    """Whether this machine certainly has no CUDA device, known without importing torch (whose
+    import costs more than embedding a line): a Linux machine without the driver's files.
+    Elsewhere torch is asked."""
+    return sys.platform == "linux" and not any(os.path.exists(p) for p in CUDA_DRIVER_PATHS)
+
+
 def inference_device(name: str | torch.device) -> str:
     """The device ``embed`` runs on, as a name (``cpu``, ``cuda:0``...): ``cpu`` without
-    importing torch, ``auto`` the CPU where torch is not installed, any other name checked by
-    :func:`resolve_device` (which needs torch: without it, a :class:`MissingExtra`)."""
+    importing torch, ``auto`` the CPU where torch is not installed or no CUDA driver is
+    present, any other name checked by :func:`resolve_device` (which needs torch: without it,
+    a :class:`MissingExtra`)."""
     name = str(name)
-    if name == "cpu" or (name == "auto" and torch_module() is None):
+    if name == "cpu" or (name == "auto" and (cuda_driver_absent() or torch_module() is None)):
         return "cpu"
     if torch_module() is None:
         raise MissingExtra(f"device {name!r}", "train")

@@ -11,15 +11,16 @@ used (fastest first, benchmarks/RESULTS.md#light-install):
   weights as values) with the table;
 * ``numpy``: per sentence, its weights times its gathered rows (a Python loop over sentences).
 
-Without torch, a call of fewer than :data:`FEW_SENTENCES` sentences takes the numpy loop even
-where scipy is installed: as fast on so few, and ``psp embed`` of a line does not pay for
-importing scipy (benchmarks/RESULTS.md#light-install).
+A call of fewer than :data:`FEW_SENTENCES` sentences takes the numpy loop unless torch is
+already imported: as fast on so few, and ``psp embed`` of a line does not pay for importing
+torch or scipy (benchmarks/RESULTS.md#light-install).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from types import ModuleType
 
 import numpy as np
@@ -102,7 +103,7 @@ def weighted_sums(
         out = np.empty((count, table.shape[1]), dtype=np.float32)
     if count == 0:
         return out
-    if count < FEW_SENTENCES and torch_module() is None:
+    if count < FEW_SENTENCES and "torch" not in sys.modules:
         _numpy_sums(table, ids, offsets, weights, out)
     else:
         IMPLEMENTATIONS[backend()][1](table, ids, offsets, weights, out)

@@ -195,3 +195,31 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
         got = np.load(tmp_path / name)
         assert got.shape == want.shape
         assert _cosines(got, want).min() >= 0.9999, name
+
+
+@pytest.mark.skipif(
+    not __import__("psp_core.devices").devices.cuda_driver_absent(),
+    reason="a CUDA driver is present here: --device auto asks torch",
+)
+def test_a_line_embedded_with_torch_installed_does_not_import_it(tmp_path, bundle) -> None:
+    """Where torch is installed but no CUDA driver is, ``psp embed`` of one line on ``auto``
+    imports neither torch nor scipy (their imports cost more than the work) and gives the
+    vector torch's sums give."""
+    one_line = tmp_path / "one.txt"
+    one_line.write_text("a sentence alone\n", encoding="utf-8")
+    output = tmp_path / "one.npy"
+    script = (
+        "import sys; from psp_core.cli.main import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in ('torch', 'scipy') if m in sys.modules))"
+    )
+    command = ["embed", "--sentence-file", str(one_line), "--model", str(bundle)]
+    command += ["--output-file", str(output)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.run(
+        [sys.executable, "-c", script, *command], capture_output=True, text=True, env=env
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip().splitlines()[-1] == "[]"
+    want = load_model(bundle).embed(["a sentence alone"])
+    np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-6)
