@@ -217,6 +217,7 @@ def test_a_promotion_is_swapped_in_under_load_without_a_failed_request(server, t
     assert health == {
         "status": "ok",
         "models": {"de": second.id},
+        "problems": {},
         "swaps": 1,
         "pid": server.process.pid,
     }
@@ -298,6 +299,9 @@ def test_json_error_shape_for_every_route(tmp_path):
 
         def names(self):
             return []
+
+        def problems(self):
+            return {}
 
         def get(self, name):
             return None
