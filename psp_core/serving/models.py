@@ -121,7 +121,11 @@ class ModelSet:
         for name in self.folders:
             self._refresh(name, starting=True)
         if not self._served:
-            raise ValueError(f"none of {sorted(self.folders)} has a model to serve yet")
+            why = "; ".join(f"{name}: {problem}" for name, problem in self._problems.items())
+            raise ValueError(
+                f"none of {sorted(self.folders)} has a model to serve yet"
+                + (f" ({why})" if why else "")
+            )
 
     def get(self, name: str) -> Served | None:
         return self._served.get(name)
@@ -162,12 +166,13 @@ class ModelSet:
                 raise
             problem = f"the model watch failed ({type(error).__name__}: {error})"
             log.debug("%s: the model watch failed", name, exc_info=True)
-        previous = self._problems.pop(name, None)
+        previous = self._problems.get(name)
         if problem is not None:
-            self._problems[name] = problem
+            self._problems[name] = problem  # (replaced in one step: /health never sees it gone)
             if problem != previous:
                 log.error("%s: %s", name, problem)
         elif previous is not None:
+            del self._problems[name]
             current = self._served.get(name)
             log.info("%s: resolved, serving %s", name, current.version if current else "nothing")
 

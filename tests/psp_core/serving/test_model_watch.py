@@ -17,6 +17,7 @@ from psp_core.models.registry import ModelRegistry
 from psp_core.serving.app import create_app
 from psp_core.serving.models import ModelSet
 from tests.psp_core.models.test_registry import damage
+from tests.psp_core.serving.test_serve import Server, httpx, two_versions  # noqa: F401
 
 INTERVAL = 0.05
 
@@ -153,3 +154,44 @@ def test_health_is_503_only_when_nothing_can_be_served():
     response = TestClient(create_app(NothingServed())).get("/health")
     assert response.status_code == 503
     assert response.json()["status"] == "unavailable" and response.json()["problems"]
+
+
+def test_a_promoted_link_that_points_nowhere_at_the_start_says_so(registry):
+    link_by_hand(registry, "20990101T000000Z-gone")
+    with pytest.raises(ValueError, match="none of .* has a model to serve yet .*points to "):
+        ModelSet({"de": registry.root})
+
+
+@pytest.mark.slow
+def test_psp_serve_shows_each_problem_in_health_and_logs_it_once(two_versions):  # noqa: F811
+    """The real server, one reload interval of 0.2 s: a damaged promotion, then the served
+    version's folder deleted under its ``promoted`` link."""
+    storage, registry, first, second = two_versions
+    server = Server("--storage-root", str(storage), "--reload-interval", "0.2")
+
+    def health() -> dict:
+        return httpx.get(f"{server.url}/health", timeout=10).json()
+
+    try:
+        damage(second.bundle)
+        link_by_hand(registry, second.id)
+        degraded = wait_for(lambda: health()["problems"] and health())
+        assert degraded["status"] == "degraded" and degraded["models"] == {"de": first.id}
+        assert f"version {second.id} cannot be loaded" in degraded["problems"]["de"]
+        time.sleep(2.0)  # ten more intervals
+        answer = server.client().embeddings.create(model="de", input=["still served"])
+        assert len(answer.data[0].embedding) == 16
+
+        link_by_hand(registry, first.id)
+        wait_for(lambda: health()["status"] == "ok")
+        shutil.rmtree(first.directory)
+        gone = wait_for(lambda: health()["problems"].get("de"))
+        assert f"promoted points to versions/{first.id}, which is not there" in gone
+        assert server.client().embeddings.create(model="de", input=["from memory"]).data
+    finally:
+        err = server.stop()
+    logged = [line for line in err.splitlines() if " ERROR psp_core.serving.models: de: " in line]
+    assert len(logged) == 2, err[-3000:]
+    assert "cannot be loaded" in logged[0] and "which is not there" in logged[1]
+    assert f" {server.process.pid} ERROR " in logged[0]  # time, pid, level
+    assert "Traceback" not in err
