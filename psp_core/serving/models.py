@@ -135,8 +135,16 @@ class ModelSet:
 
     def problems(self) -> dict[str, str]:
         """Each name whose promoted model is not what it serves, or whose served files are
-        gone or damaged on disk, with one line saying so."""
-        return dict(self._problems)
+        gone or damaged on disk, with one line saying so; paths are given from the name's
+        folder (``de/versions/...``): ``/health`` answers without a key, and the folders'
+        place on the server's disk is none of a client's business (the log has them whole)."""
+        shown = {}
+        for name, problem in list(self._problems.items()):
+            folder = self.folders[name]
+            for prefix in {str(folder.resolve()), str(folder)}:
+                problem = problem.replace(prefix, name)
+            shown[name] = problem
+        return shown
 
     def watch(self, interval: float) -> None:
         """Check every folder every ``interval`` seconds, on a daemon thread, until :meth:`stop`."""

@@ -77,7 +77,11 @@ def test_a_damaged_promotion_is_logged_once_and_the_good_model_serves_on(registr
         time.sleep(20 * INTERVAL)  # twenty more ticks: no second line
     assert f"version {second.id} cannot be loaded" in problem and "truncated" in problem
     assert f"still serving {first.id}" in problem
-    assert errors_of(caplog) == [f"de: {problem}"]
+    # the path from the registry's folder: /health answers without a key; the log has it whole
+    assert f"(de/versions/{second.id}/model/embeddings.safetensors: size " in problem
+    assert str(registry.root) not in problem
+    [logged] = errors_of(caplog)
+    assert logged.startswith(f"de: version {second.id} cannot be loaded ({second.bundle}")
     assert watched.get("de").version == first.id
     assert watched.get("de").model.embed(["still answers"]).shape == (1, 16)
 
@@ -101,7 +105,7 @@ def test_a_promoted_link_that_points_nowhere_is_noticed(registry, watched, caplo
         link_by_hand(registry, "20990101T000000Z-gone")
         problem = wait_for(lambda: watched.problems().get("de"))
         time.sleep(10 * INTERVAL)
-    assert "promoted points to versions/20990101T000000Z-gone, which is not there" in problem
+    assert "de/promoted points to versions/20990101T000000Z-gone, which is not there" in problem
     assert f"still serving {first.id} from memory" in problem
     assert len(errors_of(caplog)) == 1
 
@@ -191,7 +195,8 @@ def test_psp_serve_shows_each_problem_in_health_and_logs_it_once(two_versions): 
     finally:
         err = server.stop()
     logged = [line for line in err.splitlines() if " ERROR psp_core.serving.models: de: " in line]
-    assert len(logged) == 2, err[-3000:]
-    assert "cannot be loaded" in logged[0] and "which is not there" in logged[1]
+    # each once (a tick in the middle of the deletion may also see the files half gone)
+    assert sum("cannot be loaded" in line for line in logged) == 1, err[-3000:]
+    assert sum("which is not there" in line for line in logged) == 1, err[-3000:]
     assert f" {server.process.pid} ERROR " in logged[0]  # time, pid, level
     assert "Traceback" not in err
