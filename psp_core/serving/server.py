@@ -36,7 +36,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -256,7 +255,8 @@ def _worker(settings: ServeSettings, ready, supervisor, level: int) -> None:
 def _end_with_supervisor(supervisor) -> None:
     """A thread that waits for the supervisor's end of the pipe to close (the supervisor is
     gone, however it ended), then stops this worker gracefully, and for sure after
-    :data:`ORPHAN_GRACE` seconds."""
+    :data:`ORPHAN_GRACE` seconds: the kernel's SIGALRM ends the process then (nothing here
+    handles it), even if Python is still busy ending or no thread gets to run."""
     parent = os.getppid()
 
     def watch() -> None:
@@ -264,10 +264,9 @@ def _end_with_supervisor(supervisor) -> None:
             supervisor.recv()  # the supervisor never writes: this returns at its end
         except (EOFError, OSError):
             pass
+        signal.setitimer(signal.ITIMER_REAL, ORPHAN_GRACE)
         log.warning("the supervisor (pid %s) is gone: this worker stops", parent)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(ORPHAN_GRACE)
-        os._exit(1)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown
 
     threading.Thread(target=watch, name="psp-supervisor-watch", daemon=True).start()
 
