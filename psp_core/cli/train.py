@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from dataclasses import MISSING, fields
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from psp_core.files.output_files import check_outputs_apart
 from psp_core.models.bundle import check_bundle_output
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
 from psp_core.training import TrainConfig, train
-from psp_core.training.checkpoint import check_checkpoint_directory
+from psp_core.training.checkpoint import CheckpointDamagedError, check_checkpoint_directory
 from psp_core.training.trainer import default_checkpoint_dir
 
 
@@ -44,7 +45,17 @@ def cmd_train(args: argparse.Namespace) -> None:
         from psp_core.evaluation import StsEvaluator
 
         evaluator = StsEvaluator(Path(args.dev_sts))
-    result = train(
+    try:
+        result = _train(args, config, evaluator)
+    except CheckpointDamagedError as error:
+        restart = shlex.join(["psp", *getattr(args, "argv", ["train", "..."]), "--no-resume"])
+        raise CheckpointDamagedError(error.detail, restart) from None
+    if result.rank == 0:  # under torchrun, only rank 0 reports
+        print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
+
+
+def _train(args: argparse.Namespace, config: TrainConfig, evaluator):
+    return train(
         args.data,
         args.spm,
         args.output,
@@ -58,8 +69,6 @@ def cmd_train(args: argparse.Namespace) -> None:
         max_length=args.max_length,
         overwrite=args.overwrite,
     )
-    if result.rank == 0:  # under torchrun, only rank 0 reports
-        print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:

@@ -273,7 +273,7 @@ class _TrainingRun:
             self.state = self.store.restore(self.model.weight, self.optimizer, self.fingerprint)
             log.info(
                 "resuming from %s at epoch %d step %d",
-                self.store.latest,
+                self.store.resumed_from,
                 self.state.epoch,
                 self.state.step,
             )
