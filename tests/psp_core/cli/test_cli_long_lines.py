@@ -4,6 +4,7 @@ however long the line, even with no newline at all."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -72,6 +73,20 @@ def test_a_jsonl_line_too_long_for_the_limit_is_one_line_naming_it(tmp_path, bun
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and f"{source}:2: a JSON Lines line longer than" in error[0]
     assert not output.exists()
+
+
+def test_standard_input_is_spooled_then_cut_the_same_way(tmp_path, bundle, caplog, monkeypatch):
+    long_line = "abc defg " * 30
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"one\n{long_line}".encode())))
+    output = tmp_path / "vectors.npy"
+
+    with caplog.at_level("INFO", logger="psp"):
+        assert embed("--sentence-file", "-", "--model", bundle, "--output-file", output,
+                     "--max-chars", 64) == 0  # fmt: skip
+
+    expected = load_model(bundle).embed(["one", long_line[:64]])
+    np.testing.assert_allclose(np.load(output), expected, atol=1e-7)
+    assert any("the first at standard input:2" in r.getMessage() for r in caplog.records)
 
 
 def test_the_library_embeds_a_huge_string_from_its_start(bundle, caplog):

@@ -41,6 +41,16 @@ def test_a_link_and_its_target_share_the_lock(tmp_path):
                 pass
 
 
+def test_two_outputs_sharing_a_checkpoint_folder_are_refused(tmp_path):
+    with training_locks(tmp_path / "a", tmp_path / "cp"):
+        with pytest.raises(Exception, match=r"checkpoint directory .*cp is being written"):
+            with training_locks(tmp_path / "b", tmp_path / "cp"):
+                pass
+        assert not (tmp_path / ".b.lock").exists()  # the lock it took first, released
+    with training_locks(tmp_path / "b", tmp_path / "cp"):  # free once the first ends
+        pass
+
+
 def snapshot(*folders: Path) -> dict[Path, tuple[int, int, int]]:
     return {
         path: (path.stat().st_ino, path.stat().st_size, path.stat().st_mtime_ns)
