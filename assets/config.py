@@ -105,13 +105,6 @@ class TrainingConfig(StageConfig):
         "dropout trains much slower (every piece vector is masked; "
         "benchmarks/RESULTS.md#train-speed).",
     )
-    piece_dropout: float | None = Field(
-        default=None,
-        description="Probability that a whole piece is left out of its sentence's mean while "
-        "training (word dropout; every sentence keeps one piece). No cost in speed. Null: the "
-        "profile's, else 0 (the paper's; every profile keeps 0: on the dev suite it raises "
-        "English STS and lowers held-back retrieval, benchmarks/RESULTS.md#train-variants).",
-    )
     lr: float | None = Field(
         default=None,
         description="Adam learning rate (null: the profile's; paper 0.001, demo 0.05 for its "
@@ -130,12 +123,6 @@ class TrainingConfig(StageConfig):
         "--dim 256` then truncates. Null: the paper's loss.",
     )
     max_steps: int | None = Field(default=None, description="Stop after this many mini-batches.")
-    negatives_within: str | None = Field(
-        default=None,
-        description="The multilingual model only: 'megabatch' mines each pair's hard negatives "
-        "among all pairs of its kind in the mega-batch whatever their language (the default), "
-        "'language' only among its own language's pairs.",
-    )
     dev_sts: str | None = Field(
         default="sts17/en-en.tsv",
         description="STS file (relative to the evaluation data directory) for model "
@@ -158,7 +145,7 @@ class TrainingConfig(StageConfig):
 
     def overrides(self) -> dict:
         names = ("dim", "epochs", "batch_size", "max_megabatch", "anneal_every")
-        names += ("dropout", "piece_dropout", "lr", "lr_decay", "max_steps", "negatives_within")
+        names += ("dropout", "lr", "lr_decay", "max_steps")
         chosen = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         if self.matryoshka_dims is not None:
             chosen["matryoshka_dims"] = tuple(self.matryoshka_dims)

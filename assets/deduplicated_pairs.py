@@ -1,9 +1,11 @@
 """deduplicated_pairs: lowercased, exact-pair deduplicated (first copy kept), capped per corpus
 (a seeded sample of the pairs that passed the filters, as the reference takes its 4M of
 OpenSubtitles and MultiUN), less the pairs held back for the dev suite (output ``dev_pairs``, up
-to 2,000, and every pair sharing a sentence with them: ops.held_back), and for languages with a
-pre-tokenizer (zh) segmented with jieba: the text the vocabulary and model see. A segmented language keeps its unsegmented pairs too
-(output ``unsegmented``): the multilingual model applies its own pre-tokenizer to them."""
+to about 2,000, chosen by a hash of each pair so that new bitext moves none of them between
+training and development, and every pair sharing a sentence with them: ops.held_back), and for
+languages with a pre-tokenizer (zh) segmented with jieba: the text the vocabulary and model see.
+A segmented language keeps its unsegmented pairs too (output ``unsegmented``): the multilingual
+model applies its own pre-tokenizer to them."""
 
 from dagster import MetadataValue
 
@@ -17,8 +19,9 @@ from ops.dedup import deduplicate
 from ops.held_back import hold_back
 from ops.pair_files import has_corpus_column
 from ops.segmentation import segment_pairs
+from ops.stage_report import StageReport
 
-CODE_VERSION = "3"  # 3: pairs held back for the dev suite
+CODE_VERSION = "4"  # 3: pairs held back for the dev suite; 4: chosen by their own hash
 #: Seed of the per-corpus cap samples (ops.corpus_caps).
 CAP_SEED = 1234
 CHECK = "deduplicated_pairs_not_empty"
@@ -27,11 +30,14 @@ DEV_PAIRS = "dev_pairs.parquet"
 FUNNEL_STAGES = ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
 
 
-def _merge(record: dict, later: dict) -> None:
-    """Fold a later step's counts into the stage's record (its pairs out, drops, time)."""
-    record["n_out"] = later["n_out"]
-    record["dropped"] = dict(record["dropped"]) | dict(later["dropped"])
-    record["seconds"] += later["seconds"]
+def _merge(record: dict, later: StageReport) -> dict:
+    """Fold a later step's counts into the stage's record (its pairs out, drops, time); the
+    step's own report, as the record keeps it."""
+    own = later.as_dict()
+    record["n_out"] = later.n_out
+    record["dropped"] = record["dropped"] | own["dropped"]
+    record["seconds"] += own["seconds"]
+    return own
 
 
 def plan(run: StageRun) -> Plan:
@@ -49,17 +55,15 @@ def plan(run: StageRun) -> Plan:
         record = deduplicate(source, deduplicated).as_dict()
         if has_corpus_column(source):  # caps (a link of the file when nothing is capped)
             capped = stage.path("capped.parquet")
-            caps_record = cap_corpora(deduplicated, capped, caps, seed=CAP_SEED).as_dict()
+            capped_report = cap_corpora(deduplicated, capped, caps, seed=CAP_SEED)
             deduplicated.unlink()
             deduplicated = capped
-            _merge(record, caps_record)
-            record["caps"] = caps_record
+            record["caps"] = _merge(record, capped_report)
         # the dev suite's pairs, before the vocabulary or the model see any of their sentences
         training = stage.path("unsegmented.parquet") if segment else final
-        held = hold_back(deduplicated, training, stage.path(DEV_PAIRS)).as_dict()
+        held = hold_back(deduplicated, training, stage.path(DEV_PAIRS))
         deduplicated.unlink()
-        _merge(record, held)
-        record["held_back"] = held
+        record["held_back"] = _merge(record, held)
         if segment:
             segmented = segment_pairs(
                 training,
@@ -96,7 +100,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     metadata["pretokenizer"] = MetadataValue.text(run.spec.pretokenizer)
     if record.caps is not None:
         raw = read_record(run.upstream("raw_pairs"), RawPairsRecord)
-        metadata["corpora"] = corpora_table(raw.lines_read(), record.caps)
+        metadata["corpora"] = corpora_table(raw.lines_read(), record.corpus_caps())
     return Report(metadata, [Check(CHECK, record.n_out > 0, {"pairs_out": record.n_out})])
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from assets.records import PairCounts
+from assets.records import CorpusCap, PairCounts
 from assets.stage import Manifest
 
 
@@ -87,22 +87,20 @@ CORPUS_COLUMNS = TableSchema(
 )
 
 
-def corpora_table(lines_read: Mapping[str, int], caps_record: Mapping[str, Any]) -> MetadataValue:
+def corpora_table(lines_read: Mapping[str, int], caps: Mapping[str, CorpusCap]) -> MetadataValue:
     """Per corpus: lines read (raw_pairs), pairs passing the filters, cap and pairs kept."""
-    rows = []
-    for name, counts in caps_record.get("corpora", {}).items():
-        cap = counts.get("cap")
-        rows.append(
-            TableRecord(
-                {
-                    "corpus": name,
-                    "lines_read": int(lines_read.get(name, 0)),
-                    "passing": int(counts["passing"]),
-                    "cap": "-" if cap is None else f"{cap:,}",
-                    "kept": int(counts["kept"]),
-                }
-            )
+    rows = [
+        TableRecord(
+            {
+                "corpus": name,
+                "lines_read": int(lines_read.get(name, 0)),
+                "passing": corpus.passing,
+                "cap": "-" if corpus.cap is None else f"{corpus.cap:,}",
+                "kept": corpus.kept,
+            }
         )
+        for name, corpus in caps.items()
+    ]
     return MetadataValue.table(rows, schema=CORPUS_COLUMNS)
 
 

@@ -29,13 +29,11 @@ log = logging.getLogger(__name__)
 
 
 def _sources(raw: RawPairsRecord | None) -> list[dict[str, Any]]:
-    rows = []
-    for part in raw.parts if raw is not None else []:
-        for name, report in (part.get("corpora") or {part["stage"]: part}).items():
-            rows.append(
-                {"source": name, "lines_read": report["n_in"], "pairs_kept": report["n_out"]}
-            )
-    return rows
+    sources = raw.source_counts() if raw is not None else []
+    return [
+        {"source": name, "lines_read": counts.n_in, "pairs_kept": counts.n_out}
+        for name, counts in sources
+    ]
 
 
 def card_facts(

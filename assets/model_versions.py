@@ -14,7 +14,7 @@ from assets.resources import StorageResource
 from assets.stage import Manifest, StageInputMissing, read_manifest
 from psp_core.evaluation.dev_suite import dev_scores
 from psp_core.models.promotion import GateDecision, decide
-from psp_core.models.registry import ModelRegistry, Version, last_decision
+from psp_core.models.registry import ModelRegistry, Version, last_decision, retrain_record
 
 MODEL_STAGE = "psp_model"
 
@@ -146,6 +146,36 @@ def gate_metadata(
         if last.get("scores"):
             metadata["promotion_scores"] = _scores_table(last["scores"], None)
     return metadata
+
+
+def full_retrain(promoted: Version | None, n_pairs: int) -> dict:
+    """The ``retrain`` entry of a version trained from scratch on the ``n_pairs`` pairs of its
+    training file: no parent (its weights continue no version's), every pair new to it. The
+    version promoted when it was trained, if any, is named in the reason: the one the gate
+    compares it with."""
+    if promoted is None:
+        reason = "no promoted version: trained from scratch"
+    else:
+        reason = (
+            f"trained from scratch on every pair (the pipeline's retrain); the promoted "
+            f"version {promoted.id} is what the gate compares it with"
+        )
+    return retrain_record("full", parent=None, new_pairs=n_pairs, replay_pairs=0, reason=reason)
+
+
+def retrain_metadata(version: Version) -> dict[str, MetadataValue]:
+    """How the version was trained, for the UI: mode, parent, new and replayed pairs, why;
+    nothing for a version written before versions recorded it."""
+    retrain = version.retrain
+    if not retrain:
+        return {}
+    return {
+        "retrain_mode": MetadataValue.text(str(retrain.get("mode"))),
+        "retrain_parent": MetadataValue.text(retrain.get("parent") or "none"),
+        "retrain_new_pairs": MetadataValue.int(int(retrain.get("new_pairs") or 0)),
+        "retrain_replay_pairs": MetadataValue.int(int(retrain.get("replay_pairs") or 0)),
+        "retrain_reason": MetadataValue.text(str(retrain.get("reason", ""))),
+    }
 
 
 def _scores_table(scores: dict, tolerance: float | None) -> MetadataValue:

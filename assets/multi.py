@@ -241,7 +241,7 @@ multi_training_data = stage_asset(
 multi_psp_model = stage_asset(
     name="multi_psp_model",
     description="""Train the multilingual model: hard negatives from the whole mega-batch whatever their
-    language (each pair by its kind's rule), unless `negatives_within: language`.""",
+    language (each pair by its kind's rule).""",
     code_version="1",
     config=MultiTrainingConfig,
     upstream=["multi_sentencepiece_model", "multi_training_data"],

@@ -19,10 +19,12 @@ from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
 from assets.model_versions import (
+    full_retrain,
     gate_metadata,
     held_back_pairs,
     model_registry,
     promoted_model,
+    retrain_metadata,
     run_gate,
 )
 from assets.orphan_guard import stop_when_orphaned
@@ -36,7 +38,7 @@ from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
 from psp_core.models.bundle import BundleError, load_bundle
 from psp_core.models.export import FORMATS as EXPORT_FORMATS
-from psp_core.models.registry import VERSIONS
+from psp_core.models.registry import VERSIONS, Version
 from psp_core.tokenization.tokenizer import sha256_file
 from psp_core.training import TrainConfig
 
@@ -154,6 +156,8 @@ class ModelTraining:
     storage: StorageResource
     compute: ComputeResource
     eval_data: EvaluationDataResource
+    #: the registry's promoted version when the training started (the gate's comparison)
+    promoted_at_start: Version | None = None
 
     def train_version(self, bundle_path: Path) -> dict:
         """Train into ``bundle_path`` (a new version's folder) and return the version's record,
@@ -179,8 +183,12 @@ class ModelTraining:
             curve = LossCurve()
             result = self._train(bundle_path, checkpoint, curve)
             window.append(time.time())
+        n_pairs = json.loads((result.bundle / "config.json").read_text())["training"]["data"]
+        retrain = full_retrain(self.promoted_at_start, int(n_pairs["n_pairs"]))
+        self.context.log.info("retrain: %s (%s)", retrain["mode"], retrain["reason"])
         return {
             "record": self._record(result, curve, window, time.perf_counter() - started),
+            "retrain": retrain,
             "lineage": {
                 "sentencepiece_model": self.spm.fingerprint,
                 "training_data": self.data.fingerprint,
@@ -255,20 +263,14 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
     )
     held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), held_back)
-    # a field added after models were trained is left out at the value that trains as before,
-    # so an upgrade retrains nothing
-    settings = {
-        k: v
-        for k, v in train_config.to_dict().items()
-        if k not in _NOT_IN_FINGERPRINT and TrainConfig.ADDED_LATER.get(k, object()) != v
-    }
+    settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)
     key = {
         "stage": stage.name,
         # this stage's code version also for the multilingual model (whose asset has its own)
         "code": CODE_VERSION,
         "spm": spm.fingerprint,
         "data": data.fingerprint,
-        "settings": settings,
+        "settings": settings | TrainConfig.removed_in_fingerprints(),
         "pretokenizer": spec.pretokenizer,
         "dev": selection,
     }
@@ -311,6 +313,7 @@ def plan(run: StageRun, *, profile_asset: str = "psp_model") -> Plan:
                 "version %s was trained from these inputs and settings: reusing it", version.id
             )
         else:
+            job.promoted_at_start = registry.promoted()
             version = registry.add_version(job.key, job.train_version)
         return {"bundle": f"{VERSIONS}/{version.id}/model"}, {
             **version.info["record"],
@@ -349,6 +352,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     exports = write_exports(promoted, run.config.exports)
     metadata = common_metadata(manifest, "bundle")
     metadata.update(gate_metadata(decision, version, registry))
+    metadata.update(retrain_metadata(version))
     for format, directory in exports.items():
         metadata[f"export_{format}"] = MetadataValue.path(str(directory))
     metadata.update(training_metadata(record))

@@ -24,7 +24,7 @@ from dagster import (
 from assets.config import RawPairsConfig
 from assets.languages import LanguageSpec
 from assets.metadata import report_metadata
-from assets.records import RawPairsRecord, read_record
+from assets.records import RawPairsRecord, SourceCounts, read_record
 from assets.resources import OpusResource
 from assets.stage import Manifest, Stage
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
@@ -184,7 +184,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     n_pairs = pair_file_info(manifest.output("pairs"))[0]
     metadata = report_metadata(manifest, record, "pairs")
     metadata["sources"] = sources_table(record.sources)
-    metadata["per_source"] = per_source_table(record.parts)
+    metadata["per_source"] = per_source_table(record.source_counts())
     check = Check(
         CHECK,
         passed=n_pairs > 0,
@@ -272,17 +272,13 @@ PER_SOURCE_COLUMNS = TableSchema(
 )
 
 
-def per_source_table(parts: list[dict]) -> MetadataValue:
+def per_source_table(sources: list[tuple[str, SourceCounts]]) -> MetadataValue:
     """One row per source (each OPUS corpus, each local or inbox file): the OPUS release and
     code read, lines read, pairs kept."""
     rows = []
-    for part in parts:
-        named = part.get("corpora") or {part["stage"]: part}
-        for name, report in named.items():
-            drops = ", ".join(f"{k}: {v:,}" for k, v in report["dropped"].items()) or "-"
-            release = "-"
-            if report.get("opus_code"):
-                release = f"{report['version']} en-{report['opus_code']}"
-            row = {"source": name, "release": release, "lines_read": int(report["n_in"])}
-            rows.append(TableRecord(row | {"pairs_kept": int(report["n_out"]), "dropped": drops}))
+    for name, counts in sources:
+        drops = ", ".join(f"{k}: {v:,}" for k, v in counts.dropped.items()) or "-"
+        release = f"{counts.version} en-{counts.opus_code}" if counts.opus_code else "-"
+        row = {"source": name, "release": release, "lines_read": counts.n_in}
+        rows.append(TableRecord(row | {"pairs_kept": counts.n_out, "dropped": drops}))
     return MetadataValue.table(rows, schema=PER_SOURCE_COLUMNS)

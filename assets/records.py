@@ -74,11 +74,29 @@ class PairCounts(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SourceCounts(PairCounts):
+    """One source's counts within raw_pairs: an OPUS corpus (with the release and the
+    language code read), a local file or an inbox file."""
+
+    version: str | None = None
+    opus_code: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RawPairsRecord(PairCounts):
     """raw_pairs: the counts summed over its sources, each source's report, and the sources."""
 
     parts: list[dict[str, Any]] = field(default_factory=list)
     sources: dict[str, Any] = field(default_factory=dict)
+
+    def source_counts(self) -> list[tuple[str, SourceCounts]]:
+        """Each source's name and counts: every OPUS corpus of a part that read several, and
+        every other part under its own stage name (two parts may share one)."""
+        return [
+            (name, SourceCounts.from_dict(report))
+            for part in self.parts
+            for name, report in (part.get("corpora") or {part["stage"]: part}).items()
+        ]
 
     def lines_read(self) -> dict[str, int]:
         """Line pairs read per corpus (the OPUS corpora's names)."""
@@ -97,6 +115,16 @@ class LanguageIdRecord(PairCounts):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CorpusCap(Record):
+    """One corpus in the caps step: its pairs passing every filter, its cap (None: none), the
+    pairs kept."""
+
+    passing: int
+    kept: int
+    cap: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeduplicatedRecord(PairCounts):
     """deduplicated_pairs: the counts of its steps together, and each later step's own report
     (the corpus caps, the pairs held back for the dev suite, the segmentation), when it ran."""
@@ -104,6 +132,11 @@ class DeduplicatedRecord(PairCounts):
     caps: dict[str, Any] | None = None
     held_back: dict[str, Any] | None = None
     segmentation: dict[str, Any] | None = None
+
+    def corpus_caps(self) -> dict[str, CorpusCap]:
+        """Each corpus's passing pairs, cap and pairs kept (empty when nothing was capped)."""
+        corpora = (self.caps or {}).get("corpora", {})
+        return {name: CorpusCap.from_dict(counts) for name, counts in corpora.items()}
 
 
 @dataclass(frozen=True, kw_only=True)

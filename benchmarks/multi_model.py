@@ -1,5 +1,5 @@
-"""The multilingual model on the shared data: temperature sampling's alpha, mining
-across languages or within each, the per-language models beside it, a held-back zh-en check and
+"""The multilingual model on the shared data: temperature sampling's alpha, model selection,
+the per-language models beside it, a held-back zh-en check and
 training throughput against a one-language model with the same vocabulary and dimension.
 
 Everything runs through the real Dagster assets (``dagster.materialize``), demo profile, in a
@@ -9,7 +9,7 @@ those pairs (never trained on by either model) are the zh-en check, scored like 
 % of nearest-neighbour retrieval, cosine and margin, both directions averaged).
 
     python benchmarks/multi_model.py                       # the table in benchmarks/RESULTS.md#multi-model
-    python benchmarks/multi_model.py --alphas 0.5 --within megabatch --skip-languages
+    python benchmarks/multi_model.py --variants 0.5 --skip-languages
 
 Prints one JSON object (and writes it to ``--output`` if given).
 """
@@ -175,9 +175,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--root", type=Path, default=ROOT / "runs" / "bench_multi")
     parser.add_argument(
         "--variants",
-        default="1.0:select,0.5:select,0.3:select,0.3,0.3:language:select",
-        help="comma-separated ALPHA[:megabatch|language][:select|:suite][:eN]: the sampling "
-        "alpha, where negatives come from, ':select' to keep the best epoch on STS 2017 en-en "
+        default="1.0:select,0.5:select,0.3:select,0.3",
+        help="comma-separated ALPHA[:select|:suite][:eN]: the sampling "
+        "alpha, ':select' to keep the best epoch on STS 2017 en-en "
         "(the paper's model selection; by default the multilingual model keeps its last epoch, "
         "':final' says so explicitly), ':suite' the best epoch on the dev suite's mean, ':eN' to "
         "train N epochs instead of the demo profile's, ':force' to train again a version already "
@@ -273,10 +273,9 @@ def main() -> int:
     for variant in args.variants.split(","):
         alpha, *options = variant.split(":")
         alpha = float(alpha)
-        within = "language" if "language" in options else "megabatch"
         select = "select" in options
         suite = "suite" in options
-        training = {"negatives_within": within, "dev_sts": "sts17/en-en.tsv" if select else None}
+        training = {"dev_sts": "sts17/en-en.tsv" if select else None}
         training["select_on_dev_suite"] = suite
         training["force"] = "force" in options  # (train again: not the version of these inputs)
         epochs = [int(option[1:]) for option in options if option.startswith("e")]
@@ -298,7 +297,6 @@ def main() -> int:
         pairs = json.loads((root / "multi" / "deduplicated_pairs" / "manifest.json").read_text())
         row = {
             "alpha": alpha,
-            "negatives_within": within,
             "model_selection": "best dev-suite mean epoch"
             if suite
             else "best STS 2017 en-en epoch"

@@ -3,9 +3,8 @@
 Speed: for each optimizer (``sparse``, ``dense``), mega-batch size (default 1, 20, 100; dim
 1024, vocab 50,000) and, for ``sparse``, each negative-mining precision (default
 ``float32-plain``, the baseline of plain float32 products, then ``float32``, the same negatives
-found by bfloat16 screening + float32 re-scoring), each dropout (``--dropouts``, default 0)
-and each piece dropout (``--piece-dropouts``, default 0) one ``psp_core.train(...)`` run with a
-fixed mega-batch
+found by bfloat16 screening + float32 re-scoring) and each dropout (``--dropouts``, default 0)
+one ``psp_core.train(...)`` run with a fixed mega-batch
 (``anneal_every=0``), ``max_steps``, ``epochs=1``, no logging and no periodic checkpoints. Every
 step is timestamped through ``on_step``; the first mega-batch is warm-up, and the throughput is
 measured over whole mega-batches after it (so the once-per-mega-batch negative mining is counted
@@ -71,12 +70,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(0, the paper's default, is the baseline; dense runs use 0)",
     )
     parser.add_argument(
-        "--piece-dropouts",
-        default="0",
-        help="comma-separated TrainConfig.piece_dropout values to measure with the sparse "
-        "optimizer (0, the paper's, is the baseline; dense runs use 0)",
-    )
-    parser.add_argument(
         "--sparse-steps",
         type=int,
         default=200,
@@ -136,7 +129,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.mining_dtypes = [x.strip() for x in str(args.mining_dtypes).split(",") if x.strip()]
     args.corpus_sizes = [int(x) for x in str(args.corpus_sizes).split(",") if x.strip()]
     args.dropouts = [float(x) for x in str(args.dropouts).split(",") if x.strip()]
-    args.piece_dropouts = [float(x) for x in str(args.piece_dropouts).split(",") if x.strip()]
     return args
 
 
@@ -230,7 +222,6 @@ def speed_run(
     n_pairs: int,
     mining_dtype: str,
     dropout: float = 0.0,
-    piece_dropout: float = 0.0,
 ) -> dict:
     from psp_core import TrainConfig, train
 
@@ -256,7 +247,6 @@ def speed_run(
         optimizer=optimizer,
         mining_dtype=mining_dtype,
         dropout=dropout,
-        piece_dropout=piece_dropout,
         log_every=0,
         checkpoint_every=0,
         device="cpu",
@@ -269,14 +259,12 @@ def speed_run(
         stamps[step] = time.perf_counter()
         cpu[step] = time.process_time()
 
-    out = work_dir / f"{optimizer}-m{megabatch}-{mining_dtype}-d{dropout}-p{piece_dropout}"
+    out = work_dir / f"{optimizer}-m{megabatch}-{mining_dtype}-d{dropout}"
     log.info(
-        "speed: optimizer=%s mining=%s dropout=%s piece_dropout=%s megabatch=%d steps=%d "
-        "(warm-up %d)",
+        "speed: optimizer=%s mining=%s dropout=%s megabatch=%d steps=%d (warm-up %d)",
         optimizer,
         mining_dtype,
         dropout,
-        piece_dropout,
         megabatch,
         max_steps,
         warmup_steps,
@@ -306,7 +294,6 @@ def speed_run(
         "optimizer": optimizer,
         "mining_dtype": mining_dtype,
         "dropout": dropout,
-        "piece_dropout": piece_dropout,
         "megabatch": megabatch,
         "steps": steps_done,
         "warmup_steps": warmup_steps,
@@ -470,9 +457,8 @@ def main(argv: list[str] | None = None) -> int:
             for optimizer in args.optimizers:
                 dtypes = args.mining_dtypes if optimizer == "sparse" else ["float32"]
                 dropouts = args.dropouts if optimizer == "sparse" else [0.0]
-                pieces = args.piece_dropouts if optimizer == "sparse" else [0.0]
-                runs = itertools.product(dropouts, pieces, args.megabatches, dtypes)
-                for dropout, piece_dropout, megabatch, mining_dtype in runs:
+                runs = itertools.product(dropouts, args.megabatches, dtypes)
+                for dropout, megabatch, mining_dtype in runs:
                     speed.append(
                         speed_run(
                             files[speed_pairs][0],
@@ -484,7 +470,6 @@ def main(argv: list[str] | None = None) -> int:
                             speed_pairs,
                             mining_dtype,
                             dropout,
-                            piece_dropout,
                         )
                     )
         if not args.skip_rss:
@@ -501,7 +486,6 @@ def main(argv: list[str] | None = None) -> int:
         and r["megabatch"] == TARGET_MEGABATCH
         and r["mining_dtype"] == "float32"
         and r["dropout"] == 0.0
-        and r["piece_dropout"] == 0.0
     ]
     if at_target:
         targets["sparse_megabatch_100_pairs_per_s"] = {
@@ -540,7 +524,6 @@ def main(argv: list[str] | None = None) -> int:
             "optimizers": args.optimizers,
             "mining_dtypes": args.mining_dtypes,
             "dropouts": args.dropouts,
-            "piece_dropouts": args.piece_dropouts,
             "sparse_steps_requested": args.sparse_steps,
             "dense_steps_requested": args.dense_steps,
             "warmup_megabatches": args.warmup_megabatches,

@@ -7,7 +7,7 @@ suite after every epoch (STS 2017 en-en, STS-B dev, retrieval on the held-back p
 model's languages; psp_core/evaluation/dev_suite.py) and keeps the last epoch. Test sets are
 not read: they are reported once, after a choice, by the pipeline's evaluation.
 
-    .venv/bin/python benchmarks/train_variants.py --code multi --set '{"piece_dropout": 0.1}'
+    .venv/bin/python benchmarks/train_variants.py --code multi --set '{"lr_decay": "linear"}'
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Pairs held back for development: a seeded sample of a language's pairs set aside before the
-vocabulary and the model see them, sharing no sentence with what is left for training.
+"""Pairs held back for development: pairs set aside before the vocabulary and the model see
+them, chosen by the pair itself, sharing no sentence with what is left for training.
 
 The dev suite (:mod:`psp_core.evaluation.dev_suite`) retrieves each held-back sentence's
 translation among all held-back translations, and the promotion gate and the defaults are
@@ -7,11 +7,21 @@ decided on it, so it must be data the model never saw: a pair whose English or o
 (lowercased, as the deduplicated pairs are) equals a side of a held-back pair is dropped from
 training too (``shares_a_held_back_sentence``), not only the held-back pair itself.
 
-Three streaming passes over the input: the ``k`` smallest seeded pair keys (the same keys as the
-corpus caps, :mod:`ops.corpus_caps`: a sample independent of the file's order), the held-back pairs
-written out with their rows and sentences collected (``k`` at most 2,000: a few hundred kB),
-then the training pairs written without them (the pairs are hashed in the first two passes
-only).
+A pair is held back when its seeded 64-bit key (the same keys as the corpus caps,
+:mod:`ops.corpus_caps`: a hash of the pair's text, whatever the file's order) falls below
+``rate * 2**64``. The rate is a fixed share of the pairs (:data:`HELD_BACK_SHARE`) for a corpus
+of up to ``HELD_BACK_PAIRS / HELD_BACK_SHARE`` pairs, halved each time the corpus doubles past
+that, so about ``HELD_BACK_PAIRS / 2`` to ``HELD_BACK_PAIRS`` pairs are held back (a few
+hundred kB of sentences in memory). So new bitext does not move a pair between training and
+development: a pair held back stays held back, and a training pair never becomes a dev pair,
+while the corpus grows within a doubling; when it doubles past a boundary, half the held-back
+pairs (those with the larger keys) go to training and no training pair comes back. The dev
+pairs of a retrain are therefore never pairs that an earlier version, trained on a part of its
+corpus, trained on (a corpus that shrinks, a source removed, may raise the rate again). A sample of the k smallest keys instead would move pairs at every addition.
+
+Two streaming passes over the input: the held-back pairs written out with their rows and
+sentences collected, then the training pairs written without them (the pairs are hashed in the
+first pass only).
 """
 
 from __future__ import annotations
@@ -22,19 +32,32 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.corpus_caps import SmallestKeys, below_cut, sample_keys
+from ops.corpus_caps import sample_keys
 from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
 from ops.stage_report import StageReport
 
-#: pairs held back per language, at most
+#: pairs held back per language, at most about (expected: the keys are hashes)
 HELD_BACK_PAIRS = 2000
-#: and at most this share of its pairs (a small corpus keeps most of its pairs for training)
+#: and this share of its pairs while that is fewer (a small corpus keeps most of its pairs for
+#: training)
 HELD_BACK_SHARE = 0.05
 DEFAULT_SEED = 29
 
 
-def held_back_count(n_pairs: int, pairs: int = HELD_BACK_PAIRS, share: float = HELD_BACK_SHARE):
-    return min(pairs, int(n_pairs * share))
+def held_back_rate(
+    n_pairs: int, pairs: int = HELD_BACK_PAIRS, share: float = HELD_BACK_SHARE
+) -> float:
+    """The share of a corpus of ``n_pairs`` pairs that is held back: ``share``, halved until it
+    holds back at most ``pairs`` (so it changes only when the corpus doubles past a boundary)."""
+    rate = share
+    while n_pairs * rate > pairs:
+        rate /= 2
+    return rate
+
+
+def key_threshold(rate: float) -> np.uint64:
+    """The pair keys below which a pair is held back at ``rate``."""
+    return np.uint64(min(int(rate * 2.0**64), 2**64 - 1))
 
 
 def hold_back(
@@ -42,26 +65,22 @@ def hold_back(
     train_output: str | Path,
     dev_output: str | Path,
     *,
-    count: int | None = None,
+    rate: float | None = None,
     seed: int = DEFAULT_SEED,
 ) -> StageReport:
-    """Write ``count`` (default :func:`held_back_count`) sampled pairs of ``input`` to
-    ``dev_output`` and the others, less those sharing a sentence with them, to
-    ``train_output``. Reasons in the report: ``held_back``, ``shares_a_held_back_sentence``."""
+    """Write the pairs of ``input`` whose key falls below ``rate`` (default
+    :func:`held_back_rate` of its size) to ``dev_output`` and the others, less those sharing a
+    sentence with them, to ``train_output``. Reasons in the report: ``held_back``,
+    ``shares_a_held_back_sentence``."""
     n_pairs = pair_file_info(input)[0]
-    k = held_back_count(n_pairs) if count is None else count
-    smallest = SmallestKeys(k)
-    for batch in iter_pair_batches(input):
-        smallest.add(sample_keys(batch, seed))
-    cut = smallest.cut()
+    threshold = key_threshold(held_back_rate(n_pairs) if rate is None else rate)
     report = StageReport("hold_back")
     sentences: set[str] = set()
     held_rows = []  # row numbers in the file of the held-back pairs
     with PairWriter.like(input, dev_output) as dev:
-        equal_left = cut[1] if cut else 0
         start = 0
         for batch in iter_pair_batches(input):
-            chosen, equal_left = below_cut(sample_keys(batch, seed), cut, equal_left)
+            chosen = sample_keys(batch, seed) < threshold
             held = batch.filter(pa.array(chosen))
             dev.write_batch(held)
             sentences.update(held.column("src").to_pylist())

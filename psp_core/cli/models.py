@@ -81,6 +81,8 @@ def version_row(
         "test_scores": version.test_scores,
         "decision": decision["action"] if decision else None,
         "bundle": str(version.bundle),
+        # how it was trained (mode, parent...); None before versions recorded it
+        "retrain": version.retrain,
     }
 
 
@@ -94,19 +96,22 @@ def cmd_models_list(args: argparse.Namespace) -> None:
         return
     dev = sorted({name for row in rows for name in row["dev_scores"]})
     test = sorted({name for row in rows for name in row["test_scores"]})
-    header = ["", "version", "created", *(f"dev:{m}" for m in dev), *(f"test:{m}" for m in test)]
+    header = ["", "version", "created", "mode", "parent"]
+    header += [*(f"dev:{m}" for m in dev), *(f"test:{m}" for m in test)]
     lines = [header]
     for row in rows:
         mark = "*" if row["promoted"] else ("<" if row["rollback_target"] else "")
         scores = [_cell(row["dev_scores"].get(m)) for m in dev]
         scores += [_cell(row["test_scores"].get(m)) for m in test]
-        lines.append([mark, row["version"], row["created_at"] or "", *scores])
+        lineage = _lineage(row["retrain"])
+        lines.append([mark, row["version"], row["created_at"] or "", *lineage, *scores])
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     for line in lines:
         print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)))
     print(
-        "* promoted   < what psp models rollback brings back   dev: the gate's scores (development "
-        "data)   test: the last evaluation's"
+        "* promoted   < what psp models rollback brings back   mode: full (from scratch) or "
+        "incremental (continued from parent)   dev: the gate's scores (development data)   "
+        "test: the last evaluation's"
         if rows
         else "no versions"
     )
@@ -122,6 +127,13 @@ def cmd_models_rollback(args: argparse.Namespace) -> None:
     registry = open_registry(args)
     version = registry.rollback(reason=args.reason)
     print(f"rolled back to {version.id}: {version.bundle}")
+
+
+def _lineage(retrain: dict | None) -> list[str]:
+    """The mode and parent cells of a version (``-``: no parent; empty: not recorded)."""
+    if not retrain:
+        return ["", ""]
+    return [str(retrain.get("mode", "")), retrain.get("parent") or "-"]
 
 
 def _cell(value) -> str:

@@ -10,12 +10,11 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from psp_core.cli.errors import CliError, require_file
+from psp_core.extras import require
 from psp_core.files.output_files import check_outputs_apart
 from psp_core.models.bundle import check_bundle_output
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
-from psp_core.training import TrainConfig, train
-from psp_core.training.checkpoint import CheckpointDamagedError, check_checkpoint_directory
-from psp_core.training.trainer import default_checkpoint_dir
+from psp_core.training.config import TrainConfig
 
 
 def add_train_parser(commands) -> None:
@@ -25,13 +24,22 @@ def add_train_parser(commands) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    # torch, h5py and requests (--dev-sts) come with the [train] extra: one line naming it,
+    # before any check or work
+    for module in ("torch", "h5py", "requests"):
+        require(module, "train", "psp train")
+    from psp_core.training.checkpoint import CheckpointDamagedError, check_checkpoint_directory
+    from psp_core.training.trainer import default_checkpoint_dir
+
     require_file(Path(args.data), "training file")
     require_file(Path(args.spm), "sentencepiece model")
     if args.dev_sts:
         require_file(Path(args.dev_sts), "dev STS file")
+    if args.init_from and not Path(args.init_from).is_dir():
+        raise CliError(f"--init-from {args.init_from} is not a model bundle directory")
     if args.max_length < 0:
         raise CliError(f"--max-length must be 0 (no limit) or positive, got {args.max_length}")
-    inputs = (args.data, args.spm, args.dev_sts)
+    inputs = (args.data, args.spm, args.dev_sts, args.init_from)
     if args.checkpoint_dir:
         check_outputs_apart(args.output, "--output", args.checkpoint_dir, "--checkpoint-dir")
     output = check_bundle_output(
@@ -55,6 +63,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace, config: TrainConfig, evaluator):
+    from psp_core.training import train
+
     return train(
         args.data,
         args.spm,
@@ -68,6 +78,7 @@ def _train(args: argparse.Namespace, config: TrainConfig, evaluator):
         lowercase=not args.no_lowercase,
         max_length=args.max_length,
         overwrite=args.overwrite,
+        init_from=args.init_from,
     )
 
 
@@ -113,6 +124,13 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev-sts", help="STS file (gold<TAB>s1<TAB>s2) for model selection")
     parser.add_argument("--checkpoint-dir", help="default: <output>.checkpoint")
     parser.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
+    parser.add_argument(
+        "--init-from",
+        metavar="MODEL",
+        help="start from this model bundle's weights (a fresh optimizer: bundles keep none) "
+        "instead of random ones; its sentencepiece model must be the one --data was encoded "
+        "with. A checkpoint to resume takes precedence",
+    )
     parser.add_argument("--keep-checkpoint", action="store_true")
     parser.add_argument("--pretokenizer", choices=PRETOKENIZERS, default=None)
     parser.add_argument("--no-lowercase", action="store_true")

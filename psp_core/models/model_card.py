@@ -99,7 +99,7 @@ def _training_section(config: BundleConfig, facts: CardFacts) -> list[str]:
     settings = summary.get("config") if isinstance(summary.get("config"), Mapping) else {}
     parts = ["## Training"]
     shown = ("epochs", "batch_size", "max_megabatch", "anneal_every", "margin", "lr")
-    shown += ("optimizer", "dropout", "piece_dropout", "grad_clip", "seed")
+    shown += ("optimizer", "dropout", "grad_clip", "seed")
     rows = [(name, settings[name]) for name in shown if name in settings]
     if settings.get("matryoshka_dims"):
         dims = ", ".join(str(d) for d in settings["matryoshka_dims"])

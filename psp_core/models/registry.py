@@ -3,8 +3,9 @@
 A language's registry is a folder (``{storage root}/{lang}/psp_model/`` in the pipeline)::
 
     versions/{version}/model/         the bundle; a version is never rewritten
-    versions/{version}/version.json   its fingerprint, creation time, training record, lineage and
-                                      dev scores, written with it
+    versions/{version}/version.json   its fingerprint, creation time, training record, lineage,
+                                      how it was trained (``retrain``) and dev scores, written
+                                      with it
     versions/{version}/evaluation.json   its test-set scores, written by its evaluation
     promoted -> versions/{version}    a symbolic link, swapped in one rename
     versions/{version}/exports/       its exports (sentence-transformers, model2vec), if any
@@ -53,6 +54,10 @@ EVALUATION_FILE = "evaluation.json"
 LOCK = ".registry.lock"
 #: the pipeline's folder of a language's registry under the storage root
 STAGE = "psp_model"
+
+
+#: how a version was trained (``version.json``'s ``retrain``, :func:`retrain_record`)
+RETRAIN_MODES = ("full", "incremental")
 
 
 class RegistryError(ValueError):
@@ -107,9 +112,33 @@ class Version:
         return self.info.get("dev_scores") or {}
 
     @property
+    def retrain(self) -> dict[str, Any] | None:
+        """How it was trained (:func:`retrain_record`); None for a version written before
+        versions recorded it."""
+        return self.info.get("retrain")
+
+    @property
     def test_scores(self) -> dict[str, float]:
         """The scores of its last evaluation on the test sets (``evaluation.json``), if any."""
         return (_read_json(self.directory / EVALUATION_FILE) or {}).get("test_scores") or {}
+
+
+def retrain_record(
+    mode: str, *, parent: str | None, new_pairs: int, replay_pairs: int, reason: str
+) -> dict[str, Any]:
+    """A version's ``retrain`` entry: ``mode`` (one of :data:`RETRAIN_MODES`), ``parent`` (the
+    version whose weights and vocabulary it continued, None when trained from scratch), the
+    pairs it trained on that its parent had not (``new_pairs``; all of them from scratch) and
+    those its parent had (``replay_pairs``), and why that mode."""
+    if mode not in RETRAIN_MODES:
+        raise ValueError(f"retrain mode must be one of {RETRAIN_MODES}, got {mode!r}")
+    return {
+        "mode": mode,
+        "parent": parent,
+        "new_pairs": int(new_pairs),
+        "replay_pairs": int(replay_pairs),
+        "reason": reason,
+    }
 
 
 def last_decision(history: list[dict[str, Any]], version_id: str) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         CheckpointWriteError,
     )
     from psp_core.training.config import TrainConfig
+    from psp_core.training.init_from import InitFromMismatchError
     from psp_core.training.steps import NonFiniteLossError
     from psp_core.training.trainer import TrainResult, train
 
@@ -24,6 +25,7 @@ _EXPORTS = {
     "CheckpointDamagedError": "psp_core.training.checkpoint",
     "CheckpointMismatchError": "psp_core.training.checkpoint",
     "CheckpointWriteError": "psp_core.training.checkpoint",
+    "InitFromMismatchError": "psp_core.training.init_from",
     "NonFiniteLossError": "psp_core.training.steps",
     "TrainConfig": "psp_core.training.config",
     "TrainResult": "psp_core.training.trainer",
@@ -34,6 +36,7 @@ __all__ = [
     "CheckpointDamagedError",
     "CheckpointMismatchError",
     "CheckpointWriteError",
+    "InitFromMismatchError",
     "NonFiniteLossError",
     "TrainConfig",
     "TrainResult",

@@ -11,10 +11,7 @@ from typing import Any
 OPTIMIZERS = ("sparse", "dense")
 
 
-MINING_DTYPES = ("float32", "float32-plain", "bfloat16")
-#: where a mixed (several languages) file's negatives come from: the pairs of the same kind
-#: in the whole mega-batch, or only the pairs of the same language
-NEGATIVES_WITHIN = ("megabatch", "language")
+MINING_DTYPES = ("float32", "float32-plain")
 #: how the learning rate moves over the run: held at ``lr``, or decayed linearly to 0
 LR_DECAYS = ("constant", "linear")
 
@@ -32,9 +29,6 @@ class TrainConfig:
             (paper: 150); 0 starts directly at ``max_megabatch``.
         margin: the loss margin ``d`` (paper: 0.4).
         dropout: dropout on piece embeddings while training (paper tunes 0.0, 0.1, 0.3).
-        piece_dropout: probability that a whole piece is left out of its sentence's mean while
-            training (word dropout, Iyyer et al. 2015; every sentence keeps at least one
-            piece). 0: the paper's. Unlike ``dropout`` it costs no speed.
         lr: Adam learning rate (paper: 0.001).
         lr_decay: ``"constant"`` (the paper's: ``lr`` throughout) or ``"linear"`` (from ``lr``
             at the first step down to 0 at the last of ``epochs``, so the number of epochs is
@@ -49,11 +43,6 @@ class TrainConfig:
             better for the same training time (benchmarks/RESULTS.md#optimizer-compare).
         negatives_from: ``"opposite"`` (bitext), ``"any"`` (paraphrase) or ``None`` to follow
             the training file's ``kind`` (a mixed file: each pair's group's kind).
-        negatives_within: in a file of several languages, ``"megabatch"`` mines each pair's
-            negatives among every pair of its kind in the mega-batch whatever its language
-            (bitext from the opposite side of every language's pairs, paraphrases from any
-            paraphrase sentence); ``"language"`` only among the pairs of its own language.
-            One-language files are not affected.
         checkpoint_every: save a checkpoint at the first mega-batch boundary after this many
             mini-batches (0: only at epoch ends).
         shuffle_block: pairs per block when reshuffling between epochs (bounded memory: block
@@ -63,9 +52,8 @@ class TrainConfig:
             bfloat16 (AVX512-BF16/AMX) they are found by screening with bfloat16 products and
             re-scoring the few candidates a rigorous error bound cannot rule out, faster than
             plain float32 products (benchmarks/RESULTS.md#mining-screen). ``"float32-plain"``:
-            the same negatives from plain float32 products (the baseline). ``"bfloat16"``:
-            bfloat16 products only (fastest; a few negatives differ, each close to the
-            hardest).
+            the same negatives from plain float32 products (the baseline the screen is
+            measured and checked against).
         matryoshka_dims: train so that the first ``d`` dimensions of a vector work on their
             own for each ``d`` given (Matryoshka representation learning): the margin loss is
             summed over these nested prefixes, the full ``dim`` always included, e.g. ``(512,
@@ -83,7 +71,6 @@ class TrainConfig:
     anneal_every: int = 150
     margin: float = 0.4
     dropout: float = 0.0
-    piece_dropout: float = 0.0
     lr: float = 0.001
     lr_decay: str = "constant"
     grad_clip: float = 5.0
@@ -91,7 +78,6 @@ class TrainConfig:
     seed: int = 1
     optimizer: str = "sparse"
     negatives_from: str | None = None
-    negatives_within: str = "megabatch"
     checkpoint_every: int = 1000
     shuffle_block: int = 100_000
     mining_chunk_rows: int = 512
@@ -116,15 +102,10 @@ class TrainConfig:
             )
         if self.lr_decay not in LR_DECAYS:
             raise ValueError(f"lr_decay must be one of {LR_DECAYS}, got {self.lr_decay!r}")
-        if self.negatives_within not in NEGATIVES_WITHIN:
-            raise ValueError(
-                f"negatives_within must be one of {NEGATIVES_WITHIN}, got {self.negatives_within!r}"
-            )
         if self.anneal_every < 0 or self.checkpoint_every < 0:
             raise ValueError("anneal_every and checkpoint_every must be >= 0")
-        for name in ("dropout", "piece_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.matryoshka_dims is not None:
             dims = tuple(int(d) for d in self.matryoshka_dims)
             if not dims or any(not 1 <= d <= self.dim for d in dims):
@@ -150,16 +131,32 @@ class TrainConfig:
 
     # Fields added after checkpoints and models were made, with the value that trains as before:
     # a fingerprint of an earlier release that lacks one was made at that value.
-    ADDED_LATER = MappingProxyType(
-        {
-            "lr_decay": "constant",
-            "piece_dropout": 0.0,
-        }
-    )
+    ADDED_LATER = MappingProxyType({"lr_decay": "constant"})
 
     # Fields removed since, with the only value they may hold in a checkpoint that can still be
-    # resumed (the value that trained as the code does now).
-    REMOVED = MappingProxyType({"mining_candidates": 0})
+    # resumed (the value that trained as the code does now); benchmarks/RESULTS.md#dropped
+    # says why each went.
+    REMOVED = MappingProxyType(
+        {"mining_candidates": 0, "piece_dropout": 0.0, "negatives_within": "megabatch"}
+    )
+    # Of those, the ones every stage fingerprint made before their removal holds (they were
+    # never left out at their neutral value), so they stay in it and an upgrade retrains nothing.
+    STILL_FINGERPRINTED = ("negatives_within",)
+
+    def stage_settings(self, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The settings a pipeline stage records: every field but ``leave_out``, fields added
+        later left out at the value that trains as before (so an upgrade retrains nothing)."""
+        return {
+            name: value
+            for name, value in self.to_dict().items()
+            if name not in leave_out and self.ADDED_LATER.get(name, object()) != value
+        }
+
+    @classmethod
+    def removed_in_fingerprints(cls) -> dict[str, Any]:
+        """What a stage fingerprint adds to :meth:`stage_settings` so that it stays the one
+        earlier releases computed: the removed fields they always held, at their value."""
+        return {name: cls.REMOVED[name] for name in cls.STILL_FINGERPRINTED}
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields a checkpoint must agree on to be resumed, as JSON gives them back (a

@@ -33,8 +33,6 @@ class MeanEmbeddingEncoder(nn.Module):
         vocab_size: number of sentencepiece pieces.
         dim: embedding dimension (the paper uses 1024).
         dropout: dropout probability on piece embeddings while training.
-        piece_dropout: probability that a piece is left out of its sentence's mean while
-            training (every sentence keeps at least one piece).
         sparse: produce sparse gradients (for a lazy/sparse Adam).
     """
 
@@ -44,16 +42,13 @@ class MeanEmbeddingEncoder(nn.Module):
         dim: int,
         *,
         dropout: float = 0.0,
-        piece_dropout: float = 0.0,
         sparse: bool = False,
     ):
         super().__init__()
-        for name, value in (("dropout", dropout), ("piece_dropout", piece_dropout)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {value}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.bag = nn.EmbeddingBag(vocab_size, dim, mode="mean", sparse=sparse)
         self.dropout = dropout
-        self.piece_dropout = piece_dropout
         self.sparse = sparse
 
     @property
@@ -75,29 +70,7 @@ class MeanEmbeddingEncoder(nn.Module):
 
     def forward(self, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         """Embed sentences given as flat ``ids`` and ``offsets`` (``n + 1`` entries, last = len)."""
-        ids, offsets = self.drop_pieces(ids, offsets)
         return self.forward_rows(self.bag.weight, ids, offsets, sparse=self.sparse)
-
-    def drop_pieces(
-        self, ids: torch.Tensor, offsets: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``ids`` and ``offsets`` without the pieces piece dropout leaves out (while training
-        with ``piece_dropout`` > 0; otherwise unchanged). Each piece is left out with
-        probability ``piece_dropout``, drawn from the global torch generator (seeded and
-        checkpointed by the trainer); a sentence that would lose every piece keeps them all.
-        ``forward`` applies it; a caller of ``forward_rows`` applies it first, so that the rows
-        it gathers are only those of the pieces kept."""
-        if not (self.training and self.piece_dropout > 0.0) or len(ids) == 0:
-            return ids, offsets
-        lengths = offsets[1:] - offsets[:-1]
-        sentence_of = torch.repeat_interleave(
-            torch.arange(len(lengths), device=ids.device), lengths
-        )
-        keep = torch.rand(len(ids), device=ids.device) >= self.piece_dropout
-        kept = torch.zeros_like(lengths).index_add_(0, sentence_of, keep.to(lengths.dtype))
-        keep |= (kept == 0)[sentence_of]  # a sentence left empty keeps every piece
-        kept = torch.where(kept == 0, lengths, kept)
-        return ids[keep], torch.cat([offsets[:1], offsets[:1] + kept.cumsum(0)])
 
     def forward_rows(
         self, rows: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, *, sparse: bool = False

@@ -33,7 +33,6 @@ class StepSettings:
     grad_clip: float
     negatives_from: str
     mining_chunk_rows: int
-    mining_dtype: torch.dtype
     mining_screen: bool | None  # None: screen float32 mining with bfloat16 where it is fast
     device: torch.device
     # the prefixes the loss is summed over (Matryoshka); empty: the whole vector only
@@ -49,15 +48,14 @@ class StepSettings:
     def from_config(
         cls, config: TrainConfig, *, device: torch.device, negatives_from: str, **more
     ) -> StepSettings:
-        """The step settings of a :class:`TrainConfig` (its mining precision as a dtype and a
-        screen choice); ``more``: ``distributed``, ``group_rules``, ``group_keys``."""
+        """The step settings of a :class:`TrainConfig` (its mining precision as a screen
+        choice); ``more``: ``distributed``, ``group_rules``, ``group_keys``."""
         return cls(
             batch_size=config.batch_size,
             margin=config.margin,
             grad_clip=config.grad_clip,
             negatives_from=negatives_from,
             mining_chunk_rows=config.mining_chunk_rows,
-            mining_dtype=torch.bfloat16 if config.mining_dtype == "bfloat16" else torch.float32,
             mining_screen=False if config.mining_dtype == "float32-plain" else None,
             device=device,
             loss_dims=config.matryoshka_dims or (),
@@ -98,7 +96,6 @@ def _mine(settings: StepSettings, rule: str, *embeddings_and_hashes: torch.Tenso
         *embeddings_and_hashes,
         negatives_from=rule,
         chunk_rows=settings.mining_chunk_rows,
-        dtype=settings.mining_dtype,
         screen=settings.mining_screen,
     )
 
@@ -262,8 +259,7 @@ def _forward(model, settings, ids, offsets, n, t_negative_rows, s_negative_rows)
     device = settings.device
     rows = unique = None
     if model.sparse:
-        ids, offsets = model.drop_pieces(ids, offsets)
-        # one gradient row per distinct piece kept, not one per token
+        # one gradient row per distinct piece, not one per token
         unique, local = torch.unique(ids, return_inverse=True)
         rows = model.weight.detach().index_select(0, unique).requires_grad_()
         embeddings = model.forward_rows(rows, local, offsets)

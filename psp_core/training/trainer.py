@@ -40,6 +40,7 @@ from psp_core.training.distributed import (
     tensor_digest,
 )
 from psp_core.training.encoder import MeanEmbeddingEncoder
+from psp_core.training.init_from import INIT_KEY, InitialWeights, load_initial_weights
 from psp_core.training.optim import build_optimizer
 from psp_core.training.progress import TrainingProgress
 from psp_core.training.schedule import MegabatchSchedule, learning_rate_at
@@ -149,6 +150,7 @@ def train(
     max_length: int = 100,
     on_step: Callable[[int, float], None] | None = None,
     overwrite: bool = False,
+    init_from: str | Path | None = None,
 ) -> TrainResult:
     """Train a P-SP model on a training HDF5 and write a model bundle to ``output_dir``.
 
@@ -172,6 +174,13 @@ def train(
         overwrite: replace ``output_dir`` (and use ``checkpoint_dir``) even when it is a folder
             of other files. Without it such a folder is refused before any work
             (:class:`~psp_core.files.output_files.OutputError`); an earlier bundle is always replaced.
+        init_from: a model bundle to start from instead of random weights: its embedding table,
+            with a fresh optimizer (a bundle keeps no optimizer state; see
+            :mod:`psp_core.training.init_from`). Its sentencepiece model must be the one the
+            training file was encoded with and its dim ``config.dim``, otherwise
+            :class:`~psp_core.training.init_from.InitFromMismatchError` is raised before any
+            work. A checkpoint to resume takes precedence (it holds the run's later weights),
+            and it must have been written by a run started from the same weights.
 
     Started by ``torchrun`` with several processes, this trains data-parallel (see
     :mod:`psp_core.training.distributed`): each step trains ``world_size`` mini-batches of
@@ -180,7 +189,7 @@ def train(
     config = config or TrainConfig()
     output_dir = Path(output_dir)
     checkpoint_dir = Path(checkpoint_dir or default_checkpoint_dir(output_dir))
-    inputs = (data_path, spm_path)
+    inputs = (data_path, spm_path, init_from)
     check_outputs_apart(output_dir, "output bundle", checkpoint_dir, "checkpoint directory")
     check_bundle_output(output_dir, overwrite=overwrite, inputs=inputs, what="output bundle")
     check_checkpoint_directory(checkpoint_dir, overwrite=overwrite, inputs=(*inputs, output_dir))
@@ -194,7 +203,11 @@ def train(
         tokenizer = _checked_tokenizer(
             data, data_path, spm_path, pretokenizer, lowercase, max_length
         )
+        initial = None
+        if init_from is not None:
+            initial = load_initial_weights(init_from, data.info, config.dim, data_path)
         run = _TrainingRun(data, tokenizer, config, store, distributed, device, on_step)
+        run.initial = initial
         run.start(data_path, resume)
         finished = run.all_epochs(dev_evaluator)
         bundle = output_dir
@@ -242,7 +255,8 @@ def negative_rules(config: TrainConfig, info) -> tuple[tuple[str, ...], tuple[in
 
     A one-language file mines by its kind (bitext from the opposite side, paraphrases from any
     sentence) unless ``config.negatives_from`` says otherwise; a file of several languages mines
-    each group among its kind's pairs, or, with ``negatives_within="language"``, its own."""
+    each group among every pair of its kind in the mega-batch, whatever its language (mining
+    within each language was tried and dropped: benchmarks/RESULTS.md#dropped)."""
     group_rules = tuple(
         config.negatives_from or ("any" if kind == "paraphrase" else "opposite")
         for kind in info.group_kinds
@@ -253,11 +267,9 @@ def negative_rules(config: TrainConfig, info) -> tuple[tuple[str, ...], tuple[in
         )
         return group_rules, (), negatives_from
     kinds = sorted(set(info.group_kinds))
-    by_language = config.negatives_within == "language"
-    group_keys = tuple(
-        index if by_language else kinds.index(kind) for index, kind in enumerate(info.group_kinds)
-    )
-    return group_rules, group_keys, "by kind, within the " + config.negatives_within
+    group_keys = tuple(kinds.index(kind) for kind in info.group_kinds)
+    # the words checkpoints have always recorded for this rule
+    return group_rules, group_keys, "by kind, within the megabatch"
 
 
 class _TrainingRun:
@@ -277,6 +289,8 @@ class _TrainingRun:
             self.total_steps = min(self.total_steps, config.max_steps)
         self.schedule = MegabatchSchedule(config.max_megabatch, config.anneal_every)
         self.progress: TrainingProgress | None = None
+        #: the weights a new run starts from (None: random, from the seed)
+        self.initial: InitialWeights | None = None
 
     def start(self, data_path, resume: bool) -> None:
         """The model and optimizer from the seed, then the checkpoint's weights, optimizer and
@@ -296,12 +310,13 @@ class _TrainingRun:
         if distributed.is_distributed:
             # the effective batch is batch_size x world_size: resume with the same world
             self.fingerprint["world_size"] = distributed.world_size
+        if self.initial is not None:
+            self.fingerprint[INIT_KEY] = self.initial.checksum
         torch.manual_seed(config.seed)
         self.model = MeanEmbeddingEncoder(
             info.vocab_size,
             config.dim,
             dropout=config.dropout,
-            piece_dropout=config.piece_dropout,
             sparse=config.optimizer == "sparse",
         )
         self.model.reset_parameters(torch.Generator().manual_seed(config.seed))
@@ -319,6 +334,10 @@ class _TrainingRun:
             if distributed.is_main:
                 self.store.remove()
             self.state = TrainingState()
+            if self.initial is not None:
+                with torch.no_grad():
+                    self.model.weight.copy_(torch.from_numpy(self.initial.table))
+                log.info("starting from the weights of %s", self.initial.bundle)
         self.settings = StepSettings.from_config(
             config,
             device=self.device,
@@ -487,6 +506,8 @@ class _TrainingRun:
             "history": state.history,
             "device": str(self.device),
         }
+        if self.initial is not None:
+            summary["init_from"] = self.initial.summary()
         bundle_config = self.bundle_config(summary)
         seconds = sum(float(h.get("seconds") or 0.0) for h in state.history)
         facts = CardFacts(

@@ -15,9 +15,11 @@ import pytest
 import yaml
 from dagster import materialize
 
+from assets.stage import read_manifest
 from psp_core import load_model
 from psp_core.cli import main
-from psp_core.models.registry import ModelRegistry
+from psp_core.models.registry import ModelRegistry, retrain_record
+from psp_core.training.training_file import TrainingFile
 from tests.assets.test_materialize import ALL_ASSETS, check_outcomes, metadata_of
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
@@ -71,6 +73,26 @@ def test_a_worse_retrain_is_kept_but_not_promoted(opus_server: OpusServer, tmp_p
 
     registry = ModelRegistry(tmp_path / "storage" / "de" / "psp_model")
     assert [v.id for v in registry.versions()] == [good["version"], bad["version"]]
+    # both trained from scratch on every pair of the training file, the lineage says so
+    data = read_manifest(tmp_path / "storage" / "de" / "training_data").output("data")
+    with TrainingFile(data) as training_file:
+        n_pairs = len(training_file)
+    first_retrain, second_retrain = (v.retrain for v in registry.versions())
+    assert first_retrain == retrain_record(
+        "full",
+        parent=None,
+        new_pairs=n_pairs,
+        replay_pairs=0,
+        reason="no promoted version: trained from scratch",
+    )
+    assert second_retrain["mode"] == "full" and second_retrain["parent"] is None
+    assert good["version"] in second_retrain["reason"]  # the version the gate compared it with
+    assert (good["retrain_mode"], good["retrain_parent"], good["retrain_new_pairs"]) == (
+        "full",
+        "none",
+        n_pairs,
+    )
+    assert bad["retrain_reason"] == second_retrain["reason"] and bad["retrain_replay_pairs"] == 0
     # rerunning the worse settings does not train again, nor decide again
     rerun = materialize(
         ALL_ASSETS, partition_key="de", resources=resources, run_config=with_training(lr=WORSE_LR)

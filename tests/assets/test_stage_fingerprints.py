@@ -56,29 +56,30 @@ SETTINGS = {
     }
 }
 
-#: what the stages wrote before the asset layer was refactored
+#: what the stages wrote before the asset layer was refactored; deduplicated_pairs and every
+#: stage after it since its held-back pairs are chosen by each pair's hash (its code version 4)
 PINNED = {
     "smoke": {
         "raw_pairs": "ffd486c9455eb87f5bfebc49",
         "langid_filtered_pairs": "f66cdc52997a2e3f3f15a2cf",
         "length_filtered_pairs": "b75a2a2d6ccd2393ce59adb6",
-        "deduplicated_pairs": "b696399472cedb5b1682a3d2",
-        "sentencepiece_model": "fc4f2cb301a48d63928e9f70",
-        "training_data": "d3b7ee66632c4692d7c03746",
-        "multi_pairs": "ba2ba382ee0141e3bf0d533a",
-        "multi_sentencepiece_model": "48c52605c461e2081bb95194",
-        "multi_training_data": "308032d635a5a7ab020afbda",
+        "deduplicated_pairs": "de5a7571930d55303098a009",
+        "sentencepiece_model": "036cefedfa887f7bd3dadbf2",
+        "training_data": "06e2dd950a178c843478ebf1",
+        "multi_pairs": "50af7d44b51a1f1b4b8ab705",
+        "multi_sentencepiece_model": "d1f6ca15275798cc688423fd",
+        "multi_training_data": "bc43368d15b4a7383cec37f9",
     },
     "settings": {
         "raw_pairs": "ffd486c9455eb87f5bfebc49",
         "langid_filtered_pairs": "99f1ebfc9e75fe410a2fa110",
         "length_filtered_pairs": "4f578e60fcb6e12bb4b1c098",
-        "deduplicated_pairs": "f704e3d911285347ae686bb5",
-        "sentencepiece_model": "a936b29df14b3530e679d0e6",
-        "training_data": "41c4e44e3fdfed65a373c209",
-        "multi_pairs": "10cac8c1f120de0f8a657fcd",
-        "multi_sentencepiece_model": "f15de1268040669d8f8e7594",
-        "multi_training_data": "a8e4fcd44acc7b22edad6155",
+        "deduplicated_pairs": "ae1e311959ac2859f2e097b9",
+        "sentencepiece_model": "8ea81305ec8ed9ee4f06598f",
+        "training_data": "bfcca21fb51f00ca124dbaa2",
+        "multi_pairs": "2899d21f5a3765147730c712",
+        "multi_sentencepiece_model": "3f995af1a37295c2e3496b72",
+        "multi_training_data": "fd854b67bc2fd05c52b723f7",
     },
 }
 
@@ -140,12 +141,13 @@ class _FrozenClock:
 
 MODEL_STAGES = ("psp_model", "model_evaluation")
 MULTI_MODEL_STAGES = ("multi_psp_model", "multi_evaluation")
-#: the model stages' fingerprints (smoke profile) before the asset layer was refactored
+#: the model stages' fingerprints (smoke profile) before the asset layer was refactored; all
+#: since deduplicated_pairs' held-back pairs are chosen by each pair's hash (its code version 4)
 PINNED_MODELS = {
-    "psp_model": "b8e1d8840b32783495d2cec1",
-    "model_evaluation": "8d78b0e9e57011432e4d6590",
-    "multi_psp_model": "901a1c4d4d2a329f6d18d631",
-    "multi_evaluation": "4516d29c1a3037a1a6725349",
+    "psp_model": "9e52b0bf1916a7fb44dea13f",
+    "model_evaluation": "dc20acb185bc8bf1a39c69a6",
+    "multi_psp_model": "513a9ff196cc207b38a43004",
+    "multi_evaluation": "668f6767132b2df10cd77148",
 }
 
 

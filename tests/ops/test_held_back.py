@@ -1,5 +1,6 @@
-"""hold_back(): a seeded sample of pairs set aside for the dev suite, and nothing left for
-training that shares a sentence with it (either side), whatever the file's order."""
+"""hold_back(): pairs set aside for the dev suite by their own hash, nothing left for training
+that shares a sentence with them (either side), whatever the file's order, and new pairs that
+move no earlier pair between training and development."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.held_back import held_back_count, hold_back
+from ops.held_back import held_back_rate, hold_back
 from ops.pair_files import PairWriter, iter_pairs
 
 
@@ -33,16 +34,16 @@ def test_held_back_pairs_share_no_sentence_with_training(tmp_path) -> None:
     pairs = corpus()
     write_pairs(source, pairs)
 
-    report = hold_back(source, train, dev, count=40)
+    report = hold_back(source, train, dev, rate=0.04)
 
     held, kept = list(iter_pairs(dev)), list(iter_pairs(train))
-    assert len(held) == 40 and set(held) <= set(pairs)
+    assert 20 < len(held) < 60 and set(held) <= set(pairs)
     sentences = {s for pair in held for s in pair}
     assert not any(a in sentences or b in sentences for a, b in kept)
     # every pair is accounted for: kept, held back, or dropped for sharing a held-back sentence
     assert report.n_in == 1000 and report.n_out == len(kept)
-    assert report.dropped["held_back"] == 40
-    assert report.dropped["shares_a_held_back_sentence"] == 1000 - 40 - len(kept) > 0
+    assert report.dropped["held_back"] == len(held)
+    assert report.dropped["shares_a_held_back_sentence"] == 1000 - len(held) - len(kept) > 0
     # the only pairs dropped are those sharing a sentence
     lost = set(pairs) - set(kept) - set(held)
     assert all(a in sentences or b in sentences for a, b in lost)
@@ -59,7 +60,7 @@ def test_the_sample_is_seeded_and_independent_of_the_order(tmp_path) -> None:
             tmp_path / f"{name}.parquet",
             tmp_path / f"{name}-train.parquet",
             tmp_path / f"{name}-dev.parquet",
-            count=25,
+            rate=0.05,
             seed=seed,
         )
         held.append(set(iter_pairs(tmp_path / f"{name}-dev.parquet")))
@@ -67,18 +68,62 @@ def test_the_sample_is_seeded_and_independent_of_the_order(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("n", "expected"), [(0, 0), (10, 0), (100, 5), (39_999, 1999), (10**7, 2000)]
+    ("n", "expected"),
+    [(0, 0.05), (12, 0.05), (40_000, 0.05), (40_001, 0.025), (80_000, 0.025), (10**7, 0.05 / 256)],
 )
-def test_how_many_are_held_back(n, expected) -> None:
-    assert held_back_count(n) == expected
+def test_the_rate_halves_each_time_the_corpus_doubles_past_the_bound(n, expected) -> None:
+    assert held_back_rate(n) == expected
+    assert n * held_back_rate(n) <= 2000
 
 
-def test_a_tiny_file_keeps_every_pair_for_training(tmp_path) -> None:
+def split(tmp_path, name: str, pairs: list[tuple[str, str]]) -> tuple[set, set]:
+    """(held-back pairs, training pairs) of ``pairs`` split with the default rate."""
+    write_pairs(tmp_path / f"{name}.parquet", pairs, batch=5000)
+    train, dev = tmp_path / f"{name}-train.parquet", tmp_path / f"{name}-dev.parquet"
+    hold_back(tmp_path / f"{name}.parquet", train, dev)
+    return set(iter_pairs(dev)), set(iter_pairs(train))
+
+
+def distinct_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    return [(f"english {seed} {i}", f"deutsch {seed} {i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [4_000, 50_000])  # 5% of the pairs; 2,000 of them, about
+def test_new_pairs_move_no_pair_between_training_and_development(tmp_path, n) -> None:
+    """A corpus, then the corpus with 15% new pairs (in another order): every pair held back
+    the first time is held back again, and no pair trained on the first time is a dev pair."""
+    first = distinct_pairs(n, seed=1)
+    held, trained = split(tmp_path, "first", first)
+    assert 0.8 * n * held_back_rate(n) < len(held) < 1.2 * n * held_back_rate(n)
+    grown = distinct_pairs(n * 15 // 100, seed=2) + first
+    random.Random(5).shuffle(grown)
+    held_again, trained_again = split(tmp_path, "grown", grown)
+    assert held <= held_again and not trained & held_again
+    assert trained <= trained_again  # (no pair shares a sentence with another here)
+    assert len(held_again - held) > 0  # some new pairs are held back
+
+
+def test_a_doubled_corpus_sends_dev_pairs_to_training_never_back(tmp_path) -> None:
+    first = distinct_pairs(30_000, seed=1)
+    held, trained = split(tmp_path, "first", first)
+    held_again, trained_again = split(tmp_path, "doubled", first + distinct_pairs(30_000, 2))
+    assert not trained & held_again  # never a pair trained on before
+    assert len(held_again) <= 2200 and len(held & trained_again) > 0
+
+
+def test_a_tiny_file_keeps_most_pairs_for_training(tmp_path) -> None:
     source, train, dev = (
         tmp_path / "in.parquet",
         tmp_path / "train.parquet",
         tmp_path / "dev.parquet",
     )
     write_pairs(source, corpus(12))
-    report = hold_back(source, train, dev)  # 5% of 12: none held back
-    assert list(iter_pairs(dev)) == [] and len(list(iter_pairs(train))) == 12 == report.n_out
+    report = hold_back(source, train, dev)
+    held = list(iter_pairs(dev))
+    assert (
+        len(held)
+        + len(list(iter_pairs(train)))
+        + report.dropped.get("shares_a_held_back_sentence", 0)
+        == 12
+    )
+    assert len(list(iter_pairs(train))) == report.n_out >= 6

@@ -14,7 +14,7 @@ import torch
 
 from psp_core.cli import main
 from psp_core.inference.model import load_model
-from psp_core.models.registry import ModelRegistry, RegistryError
+from psp_core.models.registry import ModelRegistry, RegistryError, retrain_record
 
 
 @pytest.fixture()
@@ -192,7 +192,7 @@ def test_psp_models_list_promote_and_rollback(tmp_path, two_models, capsys, monk
 
     assert main(["models", "list", "de"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["version", "created", "dev:sts17_en_en"]
+    assert table[0].split() == ["version", "created", "mode", "parent", "dev:sts17_en_en"]
     assert table[1].split()[:2] == ["*", first.id] and table[2].split()[0] == second.id
 
     assert main(["models", "promote", "de", second.id]) == 0
@@ -214,3 +214,35 @@ def test_psp_models_list_promote_and_rollback(tmp_path, two_models, capsys, monk
     )
     assert main(["models", "list", "fr"]) == 2
     assert "no model versions there" in capsys.readouterr().err
+
+
+def test_psp_models_list_shows_how_each_version_was_trained(tmp_path, two_models, capsys):
+    registry = ModelRegistry(tmp_path / "de")
+    build_old, build_new, _, _ = two_models
+
+    def with_retrain(build, retrain):
+        return lambda path: {**build(path), "retrain": retrain}
+
+    full = retrain_record("full", parent=None, new_pairs=900, replay_pairs=0, reason="first")
+    legacy = registry.add_version("a" * 24, build_old, created=1_700_000_000)
+    first = registry.add_version("b" * 24, with_retrain(build_old, full), created=1_700_000_100)
+    continued = retrain_record(
+        "incremental", parent=first.id, new_pairs=50, replay_pairs=100, reason="new bitext"
+    )
+    second = registry.add_version(
+        "c" * 24, with_retrain(build_new, continued), created=1_700_000_200
+    )
+    assert json.loads((second.directory / "version.json").read_text())["retrain"] == continued
+    assert registry.version(first.id).retrain == full and legacy.retrain is None
+
+    assert main(["models", "list", str(registry.root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    mode, parent = lines[0].index("mode"), lines[0].index("parent")
+    cells = [(line[mode:parent].strip(), line[parent:].split()[0]) for line in lines[1:4]]
+    assert cells[1:] == [("full", "-"), ("incremental", first.id)]
+    assert cells[0][0] == ""  # written before versions recorded it
+    assert main(["models", "list", str(registry.root), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["versions"]
+    assert [r["retrain"] for r in rows] == [None, full, continued]
+    with pytest.raises(ValueError, match="retrain mode"):
+        retrain_record("partial", parent=None, new_pairs=1, replay_pairs=0, reason="")

@@ -1,7 +1,7 @@
 """Dropout on piece embeddings (``psp_core/training/encoder.py``): each value dropped with probability p,
 the kept ones scaled by 1 / (1 - p), the sentence the mean of its pieces, and the gradient that of
 exactly that computation, on the gathered rows (training) and on the whole table, dense or
-sparse. Piece dropout leaves whole pieces out of the mean instead."""
+sparse."""
 
 from __future__ import annotations
 
@@ -96,45 +96,3 @@ def test_the_sparse_table_gets_the_dense_tables_gradient_with_one_row_per_piece(
     assert grads[True].is_sparse and not grads[False].is_sparse
     assert grads[True].coalesce().indices().shape[1] == len(IDS.unique())
     assert torch.allclose(grads[True].to_dense(), grads[False], atol=1e-6)
-
-
-def test_piece_dropout_averages_the_pieces_kept_and_keeps_one_in_every_sentence():
-    """Piece dropout leaves whole pieces out of a sentence's mean (each with probability p), a
-    sentence that would lose them all keeps them all, and evaluation drops nothing."""
-    encoder = MeanEmbeddingEncoder(12, 6, piece_dropout=0.5)
-    encoder.train()
-    torch.manual_seed(5)
-    ids, offsets = encoder.drop_pieces(IDS, OFFSETS)
-    torch.manual_seed(5)  # the same draws
-    got = encoder(IDS, OFFSETS)
-    expected = torch.nn.functional.embedding_bag(ids, encoder.weight, offsets[:-1], mode="mean")
-    assert torch.allclose(got, expected)
-    lengths, kept = OFFSETS.diff(), offsets.diff()
-    assert kept[1] == 0 and lengths[1] == 0  # the empty sentence stays empty
-    assert ((kept >= 1) | (lengths == 0)).all() and (kept <= lengths).all()
-    for sentence in range(len(lengths)):  # each keeps a sub-sequence of its own pieces
-        mine = IDS[OFFSETS[sentence] : OFFSETS[sentence + 1]].tolist()
-        left = iter(mine)
-        assert all(piece in left for piece in ids[offsets[sentence] : offsets[sentence + 1]])
-    encoder.eval()
-    same_ids, same_offsets = encoder.drop_pieces(IDS, OFFSETS)
-    assert same_ids is IDS and same_offsets is OFFSETS
-
-
-@pytest.mark.parametrize("p", [0.1, 0.3])
-def test_pieces_are_left_out_at_the_rate_asked_and_one_piece_sentences_are_kept(p):
-    encoder = MeanEmbeddingEncoder(100, 2, piece_dropout=p).train()
-    torch.manual_seed(1)
-    lengths = torch.tensor([1, 20] * 5_000)  # one-piece sentences alternate with long ones
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
-    ids = torch.randint(0, 100, (int(offsets[-1]),))
-    _, kept_offsets = encoder.drop_pieces(ids, offsets)
-    kept = kept_offsets.diff()
-    assert (kept[0::2] == 1).all()  # a one-piece sentence never loses its piece
-    rate = 1 - kept[1::2].sum().item() / lengths[1::2].sum().item()
-    assert rate == pytest.approx(p, abs=0.01)  # 100,000 pieces: about 10 standard deviations
-
-
-def test_piece_dropout_must_be_a_probability():
-    with pytest.raises(ValueError, match="piece_dropout"):
-        MeanEmbeddingEncoder(12, 6, piece_dropout=1.0)

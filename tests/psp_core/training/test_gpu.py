@@ -43,7 +43,6 @@ def test_a_training_step_on_cuda_matches_the_cpu(optimizer: str) -> None:
             grad_clip=5.0,
             negatives_from="opposite",
             mining_chunk_rows=32,
-            mining_dtype=torch.float32,
             mining_screen=False,
             device=device,
         )

@@ -1,8 +1,8 @@
 """Training files of several languages (the multilingual model): each pair's group survives
 writing, reading and the epoch shuffle, and hard negatives follow each group's kind: bitext
-negatives from the opposite side of every bitext pair of the mega-batch whatever its language
-(or only its own language's, ``negatives_within="language"``), paraphrase negatives from any
-paraphrase sentence, never across kinds."""
+negatives from the opposite side of every bitext pair of the mega-batch whatever its language,
+paraphrase negatives from any paraphrase sentence, never across kinds (and the step's grouping
+keys can restrict a group to its own pairs)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,6 @@ def settings(within: str) -> StepSettings:
         grad_clip=5.0,
         negatives_from="opposite",
         mining_chunk_rows=4,
-        mining_dtype=torch.float32,
         mining_screen=False,
         device=torch.device("cpu"),
         group_rules=rules,
@@ -181,17 +180,16 @@ def test_a_mixed_file_trains_and_records_its_languages(tmp_path) -> None:
         lang="multi", groups=GROUPS, group_kinds=KINDS,
     ) as writer:  # fmt: skip
         writer.append(encoded.slice(0, 100), encoded.slice(100, 200), np.arange(100) % 3)
-    for within in ("megabatch", "language"):
-        config = TrainConfig(
-            dim=8, epochs=1, batch_size=10, max_megabatch=3, anneal_every=0, lr=0.01,
-            negatives_within=within, device="cpu", num_threads=1,
-        )  # fmt: skip
-        result = train(
-            tmp_path / "train.h5", tmp_path / "spm.model", tmp_path / f"model-{within}", config,
-            pretokenizer="rjieba_han",
-        )  # fmt: skip
-        model = load_model(result.bundle)
-        assert model.config.languages == ["de", "en", "zh"]
-        assert model.config.pretokenizer == "rjieba_han"
-        assert model.config.training["negatives_from"] == f"by kind, within the {within}"
-        assert np.isfinite(model.embed(["haus garten", "我们 house"])).all()
+    config = TrainConfig(
+        dim=8, epochs=1, batch_size=10, max_megabatch=3, anneal_every=0, lr=0.01,
+        device="cpu", num_threads=1,
+    )  # fmt: skip
+    result = train(
+        tmp_path / "train.h5", tmp_path / "spm.model", tmp_path / "model", config,
+        pretokenizer="rjieba_han",
+    )  # fmt: skip
+    model = load_model(result.bundle)
+    assert model.config.languages == ["de", "en", "zh"]
+    assert model.config.pretokenizer == "rjieba_han"
+    assert model.config.training["negatives_from"] == "by kind, within the megabatch"
+    assert np.isfinite(model.embed(["haus garten", "我们 house"])).all()

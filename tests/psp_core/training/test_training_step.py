@@ -230,7 +230,6 @@ def test_the_hand_built_cases_are_what_they_claim(kind):
 class Variant:
     """How the step is set up: the mining settings (as the trainer passes them) and optimizer."""
 
-    dtype: torch.dtype = torch.float32
     screen: bool | None = None  # None: the trainer's default for mining_dtype="float32"
     chunk_rows: int = 512
     optimizer: str = "sparse"
@@ -242,7 +241,6 @@ VARIANTS = {
     "float32-plain-chunked": Variant(screen=False, chunk_rows=3),
     # what the default does on large mega-batches where bfloat16 is fast
     "float32-screened-chunked": Variant(screen=True, chunk_rows=3),
-    "bfloat16": Variant(dtype=torch.bfloat16),
     "dense-adam": Variant(optimizer="dense"),
 }
 
@@ -266,7 +264,6 @@ def test_one_mega_batch_uses_the_known_hardest_negatives(kind, variant):
         grad_clip=5.0,
         negatives_from=case.negatives_from,
         mining_chunk_rows=variant.chunk_rows,
-        mining_dtype=variant.dtype,
         mining_screen=variant.screen,
         device=torch.device("cpu"),
     )
