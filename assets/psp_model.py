@@ -216,9 +216,13 @@ class ModelTraining:
         with logs_to_dagster(self.context.log):  # psp_core's resume and progress lines
             try:
                 return training()
-            except psp_core.training.CheckpointMismatchError as error:
+            except (
+                psp_core.training.CheckpointMismatchError,
+                psp_core.training.CheckpointDamagedError,
+            ) as error:
                 # the directory is keyed by the inputs and settings, so only a file changed
-                # in place (or a damaged checkpoint) gets here: its work cannot be used
+                # in place, or a checkpoint none of whose steps reads back, gets here: its
+                # work cannot be used
                 self.context.log.warning("%s: starting the training over", error)
                 return training(resume=False)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from dataclasses import MISSING, fields
 from pathlib import Path
 
@@ -27,8 +28,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     # before any check or work
     for module in ("torch", "h5py", "requests"):
         require(module, "train", "psp train")
-    from psp_core.training import train
-    from psp_core.training.checkpoint import check_checkpoint_directory
+    from psp_core.training.checkpoint import CheckpointDamagedError, check_checkpoint_directory
     from psp_core.training.trainer import default_checkpoint_dir
 
     require_file(Path(args.data), "training file")
@@ -53,7 +53,19 @@ def cmd_train(args: argparse.Namespace) -> None:
         from psp_core.evaluation import StsEvaluator
 
         evaluator = StsEvaluator(Path(args.dev_sts))
-    result = train(
+    try:
+        result = _train(args, config, evaluator)
+    except CheckpointDamagedError as error:
+        restart = shlex.join(["psp", *getattr(args, "argv", ["train", "..."]), "--no-resume"])
+        raise CheckpointDamagedError(error.detail, restart) from None
+    if result.rank == 0:  # under torchrun, only rank 0 reports
+        print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
+
+
+def _train(args: argparse.Namespace, config: TrainConfig, evaluator):
+    from psp_core.training import train
+
+    return train(
         args.data,
         args.spm,
         args.output,
@@ -68,8 +80,6 @@ def cmd_train(args: argparse.Namespace) -> None:
         overwrite=args.overwrite,
         init_from=args.init_from,
     )
-    if result.rank == 0:  # under torchrun, only rank 0 reports
-        print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:

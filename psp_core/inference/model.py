@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,12 +16,14 @@ from psp_core.inference.pooling import torch_module, weighted_sums
 from psp_core.inference.prefaulted_arrays import fresh_float32
 from psp_core.inference.word_vectors import DEFAULT_BUDGET_BYTES, WordVectors, extended_table
 from psp_core.models.bundle import BundleConfig, load_bundle, save_bundle
-from psp_core.tokenization.tokenizer import Tokenizer
+from psp_core.tokenization.tokenizer import MAX_SENTENCE_CHARS, Tokenizer
 
 if TYPE_CHECKING:
     import torch
 
 _TOKENIZE_BLOCK = 8192
+
+log = logging.getLogger(__name__)
 
 
 #: the embedding table's types in memory
@@ -30,6 +33,25 @@ TABLE_DTYPES = {"float32": np.float32, "float16": np.float16}
 #: sentences per averaging call: the fastest on 1 CPU thread, ahead of smaller batches, while
 #: larger ones leave the CPU caches (benchmarks/RESULTS.md#embed-batch-size)
 EMBED_BATCH_SIZE = 256
+
+
+def cut_sentences(sentences: list[str], max_chars: int) -> list[str]:
+    """``sentences``, those longer than ``max_chars`` characters cut to them (a new list, and a
+    warning, only when one is)."""
+    try:
+        if not sentences or max(map(len, sentences)) <= max_chars:
+            return sentences
+    except TypeError:  # not strings: the tokenizer says which
+        return sentences
+    cut = sum(len(text) > max_chars for text in sentences)
+    log.warning(
+        "%d of %d sentences longer than %d characters were embedded from their first %d",
+        cut,
+        len(sentences),
+        max_chars,
+        max_chars,
+    )
+    return [text[:max_chars] if len(text) > max_chars else text for text in sentences]
 
 
 class PSPModel:
@@ -156,6 +178,7 @@ class PSPModel:
         show_progress_bar: bool = False,
         dim: int | None = None,
         out: np.ndarray | None = None,
+        max_chars: int | None = MAX_SENTENCE_CHARS,
     ) -> np.ndarray:
         """Embed sentences; returns float32 ``[n, dim]`` in input order.
 
@@ -171,12 +194,19 @@ class PSPModel:
         one (a caller embedding a stream chunk by chunk reuses one buffer, and skips the first
         touch of fresh memory each chunk); the result is then ``out``, or its first ``dim``
         columns (a view) where ``dim`` is given.
+
+        ``max_chars``: a sentence longer than this is embedded from its first ``max_chars``
+        characters (a warning counts them), so that one huge string never makes the tokenizer
+        take memory in proportion to it; the default is far past the pieces a model reads
+        (its ``max_length``). ``None`` embeds every character.
         """
         if dim is not None and not 1 <= dim <= self.dim:
             raise ValueError(f"dim must be in [1, {self.dim}], got {dim}")
         if isinstance(sentences, str):
             raise TypeError("embed expects a list of sentences, not a single string")
         sentences = sentences if isinstance(sentences, list) else list(sentences)
+        if max_chars is not None:
+            sentences = cut_sentences(sentences, max_chars)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if out is not None and (
