@@ -133,3 +133,31 @@ def test_a_100_mb_line_without_a_newline_stays_under_1_gb(tmp_path, bundle):
     assert peak < MEMORY_LIMIT_BYTES, f"peak resident {peak / 2**20:.0f} MiB"
     assert "1 record was longer than 100,000 characters" in stderr
     assert np.load(output).shape == (1, 16)
+
+
+def test_psp_score_scores_long_sentences_from_their_start_and_refuses_a_huge_line(
+    tmp_path, bundle, capsys
+):
+    """A pair line is held whole only up to two sentences of --max-chars and a tab: a sentence
+    past --max-chars is scored from its start (the output repeats it whole), and a longer line
+    is one error naming it, before any score is written."""
+    long = "abc defg hij " * 20  # 260 characters
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(f"short one\tanother one\n{long}\tsecond\n", "utf-8")
+    scores = tmp_path / "scores.tsv"
+    assert main(["score", "--sentence-pair-file", str(pairs), "--model", str(bundle),
+                 "--output-file", str(scores), "--max-chars", "200"]) == 0  # fmt: skip
+    lines = scores.read_text("utf-8").splitlines()
+    assert lines[1].startswith(f"{long}\tsecond\t")
+    model = load_model(bundle)
+    want = model.score([("short one", "another one"), (long[:200], "second")])
+    assert [float(line.split("\t")[2]) for line in lines] == pytest.approx(want, abs=2e-6)
+
+    huge = tmp_path / "huge.tsv"
+    huge.write_text("a\tb\n" + "x" * 5_000_000 + "\tc\n", "utf-8")  # past 2 x 200 + 1
+    out = tmp_path / "huge-scores.tsv"
+    assert main(["score", "--sentence-pair-file", str(huge), "--model", str(bundle),
+                 "--output-file", str(out), "--max-chars", "200"]) == 2  # fmt: skip
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and f"{huge}:2: longer than 401 characters" in error[0], error
+    assert not out.exists()
