@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -32,6 +33,11 @@ TABLE_DTYPES = {"float32": np.float32, "float16": np.float16}
 #: sentences per averaging call: the fastest on 1 CPU thread, ahead of smaller batches, while
 #: larger ones leave the CPU caches (benchmarks/RESULTS.md#embed-batch-size)
 EMBED_BATCH_SIZE = 256
+
+
+class EmptySentenceWarning(UserWarning):
+    """``embed(..., normalize=True)`` was given sentences with nothing to embed (empty, or no
+    sentencepiece piece): their vectors are zero, not unit length."""
 
 
 class PSPModel:
@@ -146,7 +152,9 @@ class PSPModel:
         Sentences are tokenized in blocks and averaged ``batch_size`` at a time, in input
         order (a mean of piece vectors has no padding, so sorting by length gains nothing and
         costs the scattering of the rows back). An empty sentence (or one with no pieces) gives
-        a zero vector, also when ``normalize`` is set. ``dim`` keeps the first ``dim``
+        a zero vector: it has no direction, so it stays a zero vector when ``normalize`` is set
+        (a dot product with it is 0, where a division by its norm would give NaN), and then an
+        :class:`EmptySentenceWarning` says how many and the first one's index. ``dim`` keeps the first ``dim``
         dimensions (normalized after truncating): meant for models trained with
         ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of their mean, so
         this is exact).
@@ -194,6 +202,14 @@ class PSPModel:
         if normalize:
             norms = np.linalg.norm(output, axis=1, keepdims=True)
             np.divide(output, norms, out=output, where=norms > 0)
+            zero = np.flatnonzero(norms[:, 0] == 0)
+            if len(zero):
+                warnings.warn(
+                    f"{len(zero)} of {len(output)} sentences have nothing to embed (first: index "
+                    f"{zero[0]}): their vectors are zero, not unit length",
+                    EmptySentenceWarning,
+                    stacklevel=2,
+                )
         return output
 
     def _embed_blocks(

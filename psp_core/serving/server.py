@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,11 @@ class ServeSettings:
     port: int = 8000
     threads: int = 1
     reload_interval: float = 2.0
-    max_inputs: int = Limits.max_inputs
-    max_input_chars: int = Limits.max_input_chars
+    limits: Limits = Limits()
+    #: the keys a request must bear (``Authorization: Bearer KEY``); none: no key asked
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    #: origins whose browser pages may call the API (CORS); none: no CORS headers
+    cors_origins: tuple[str, ...] = ()
 
 
 def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None = None):
@@ -53,14 +56,15 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
     from psp_core.serving.models import ModelSet
 
     models = ModelSet(settings.folders, num_threads=settings.threads)
-    limits = Limits(max_inputs=settings.max_inputs, max_input_chars=settings.max_input_chars)
 
     @asynccontextmanager
     async def lifespan(app):
         models.watch(settings.reload_interval)
         served = ", ".join(f"{n} ({models.get(n).version})" for n in models.names())
+        keys = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API key"
         print(
-            f"psp serve (pid {os.getpid()}): {served} on http://{settings.host}:{settings.port}/v1",
+            f"psp serve (pid {os.getpid()}): {served} on http://{settings.host}:{settings.port}/v1"
+            f" ({keys})",
             file=sys.stderr,
             flush=True,
         )
@@ -71,7 +75,32 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
         finally:
             models.stop()
 
-    return create_app(models, limits, lifespan=lifespan)
+    return create_app(
+        models,
+        settings.limits,
+        lifespan=lifespan,
+        api_keys=settings.api_keys,
+        cors_origins=settings.cors_origins,
+    )
+
+
+def uvicorn_config(app, settings: ServeSettings, **options):
+    """uvicorn's configuration for ``app``: the protocol that enforces the connection limits
+    (:mod:`psp_core.serving.connections`), no access log, no WebSockets."""
+    import uvicorn
+
+    from psp_core.serving.connections import ensure_file_limit, guarded_protocol
+
+    ensure_file_limit(settings.limits.max_connections)
+    return uvicorn.Config(
+        app,
+        http=guarded_protocol(settings.limits),
+        ws="none",
+        timeout_keep_alive=settings.limits.keep_alive_timeout,
+        log_level="warning",
+        access_log=False,
+        **options,
+    )
 
 
 def serve(settings: ServeSettings, workers: int = 1) -> None:
@@ -81,13 +110,11 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
         return
     import uvicorn
 
-    uvicorn.run(
-        serving_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        access_log=False,
-    )
+    config = uvicorn_config(serving_app(settings), settings, host=settings.host, port=settings.port)
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:  # (as uvicorn.run ends: the app's start failed, its error logged)
+        sys.exit(3)
 
 
 def _run_workers(settings: ServeSettings, workers: int) -> None:
@@ -154,7 +181,7 @@ def _worker(settings: ServeSettings, ready) -> None:
 
     sock = _socket(settings.host, settings.port, reuse_port=True)
     app = serving_app(settings, on_serving=lambda: ready.send(True))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn_config(app, settings, lifespan="on")
     # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler found
     # at its start: this one ends the process normally (its multiprocessing semaphores
     # released, not reported leaked by the resource tracker)
