@@ -329,18 +329,30 @@ async def _in_pieces(
     threads; ClientDisconnect as soon as its client is gone (no more pieces started)."""
     gone = asyncio.ensure_future(_disconnected(request))
     try:
+        # the word cache's choice made once for the request: asked piece by piece, a piece no
+        # larger than its probe would always go through the cache, paying off or not
+        cached = await run_in_threadpool(_cache_rows, served, texts)
         parts, count = [], 0
         for start, stop in _pieces(texts):
             if gone.done():
                 raise ClientDisconnect()
+            use_cache = start < cached[1] and stop > cached[0]
             part, tokens = await run_in_threadpool(
-                _piece, served, texts[start:stop], start, dimensions, encoding
+                _piece, served, texts[start:stop], start, dimensions, encoding, use_cache
             )
             parts.append(part)
             count += tokens
         return _envelope(parts, served.name, count)
     finally:
         gone.cancel()
+
+
+def _cache_rows(served: Served, texts: list[str]) -> tuple[int, int]:
+    """The rows ``(start, stop)`` of ``texts`` that go through the tokenizer's word cache."""
+    tokenizer = served.model.tokenizer
+    if tokenizer.word_cache is None:
+        return 0, 0
+    return tokenizer.cache_takes(tokenizer.normalize(texts))
 
 
 async def _disconnected(request: Request) -> None:
@@ -350,19 +362,30 @@ async def _disconnected(request: Request) -> None:
 
 
 def _piece(
-    served: Served, texts: list[str], start: int, dimensions: int | None, encoding: str
+    served: Served,
+    texts: list[str],
+    start: int,
+    dimensions: int | None,
+    encoding: str,
+    use_cache: bool,
 ) -> tuple[bytes, int]:
-    vectors, count = _vectors(served, texts, dimensions, start)
+    vectors, count = _vectors(served, texts, dimensions, start, use_cache=use_cache)
     return _rows(vectors, start, encoding), count
 
 
 def _vectors(
-    served: Served, texts: list[str], dimensions: int | None, first_index: int = 0
+    served: Served,
+    texts: list[str],
+    dimensions: int | None,
+    first_index: int = 0,
+    *,
+    use_cache: bool = True,
 ) -> tuple[np.ndarray, int]:
     """Unit vectors of ``texts`` (their first ``dimensions`` dimensions) and their piece count;
     a 400 naming the input (``first_index`` + its place) that has no piece to embed."""
     model = served.model
-    tokens = model.tokenizer.encode(texts)
+    tokenizer = model.tokenizer
+    tokens = tokenizer.encode_normalized(tokenizer.normalize(texts), use_cache=use_cache)
     vectors = model.embed_ids(tokens.ids, tokens.offsets)
     if dimensions is not None and dimensions < model.dim:
         vectors = np.ascontiguousarray(vectors[:, :dimensions])

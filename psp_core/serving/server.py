@@ -52,9 +52,15 @@ class ServeSettings:
 def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None = None):
     """The app of one process: its models loaded now, watched for promotions while it serves;
     ``on_serving`` is called once it serves."""
+    import torch
+
     from psp_core.serving.app import create_app
     from psp_core.serving.models import ModelSet
 
+    # one averaging thread: the worker processes are the parallelism, and torch's pool of
+    # threads, woken once per piece of a large request, would spin on the cores the other
+    # requests need (benchmarks/RESULTS.md#serve-fairness)
+    torch.set_num_threads(1)
     models = ModelSet(settings.folders, num_threads=settings.threads)
 
     @asynccontextmanager
