@@ -211,12 +211,16 @@ async def _answer(request: Request, models: ModelSet, limits: Limits) -> Respons
         )
     body = await _json_body(request, limits.max_body_bytes)
     served, texts, dimensions, encoding = _parse(body, models, limits)
+    pieces = _pieces(texts)
     if len(texts) <= INLINE_INPUTS and sum(map(len, texts)) <= INLINE_CHARACTERS:
         # a few short inputs take less time than the hop to a worker thread
-        vectors, count = _vectors(served, texts, dimensions)
-        payload = _envelope([_rows(vectors, 0, encoding)], served.name, count)
+        part, count = _piece(served, texts, 0, dimensions, encoding, True)
+        payload = _envelope([part], served.name, count)
+    elif len(pieces) == 1:
+        part, count = await run_in_threadpool(_piece, served, texts, 0, dimensions, encoding, True)
+        payload = _envelope([part], served.name, count)
     else:
-        payload = await _in_pieces(request, served, texts, dimensions, encoding)
+        payload = await _in_pieces(request, served, texts, pieces, dimensions, encoding)
     return Response(
         payload, media_type="application/json", headers={VERSION_HEADER: served.version}
     )
@@ -323,7 +327,12 @@ def _pieces(texts: list[str]) -> list[tuple[int, int]]:
 
 
 async def _in_pieces(
-    request: Request, served: Served, texts: list[str], dimensions: int | None, encoding: str
+    request: Request,
+    served: Served,
+    texts: list[str],
+    pieces: list[tuple[int, int]],
+    dimensions: int | None,
+    encoding: str,
 ) -> bytes:
     """The response body of a large request, embedded and written a piece at a time in worker
     threads; ClientDisconnect as soon as its client is gone (no more pieces started)."""
@@ -333,7 +342,7 @@ async def _in_pieces(
         # larger than its probe would always go through the cache, paying off or not
         cached = await run_in_threadpool(_cache_rows, served, texts)
         parts, count = [], 0
-        for start, stop in _pieces(texts):
+        for start, stop in pieces:
             if gone.done():
                 raise ClientDisconnect()
             use_cache = start < cached[1] and stop > cached[0]
