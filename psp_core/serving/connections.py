@@ -136,7 +136,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._request_timer = None
         if self.transport.is_closing():
             return
-        if self.cycle is not None and self.cycle.response_started:
+        if self._in_body and self.cycle.response_started:
             self.transport.close()  # (the app answered early, the client never sent the rest)
         else:
             self._refuse(408, f"request not received within {self.limits.request_timeout:g} s")
