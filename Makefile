@@ -68,9 +68,12 @@ ui: $(STAMP)
 
 # the OpenAI embeddings API over the promoted models under PSP_STORAGE_ROOT (make run's), on
 # 127.0.0.1:PORT, SERVE_WORKERS processes (each a copy of the models; docs/serving.md); a newly
-# promoted version is swapped in while it serves
+# promoted version is swapped in while it serves. PSP_API_KEY (comma-separated keys, from the
+# environment or `make serve PSP_API_KEY=...`) reaches psp serve through the environment, never
+# on the echoed command line
 PORT ?= 8000
 SERVE_WORKERS ?= 2
+export PSP_API_KEY
 serve: $(STAMP)
 	$(VENV)/bin/psp serve --storage-root $(PSP_STORAGE_ROOT) --port $(PORT) --workers $(SERVE_WORKERS)
 

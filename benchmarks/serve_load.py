@@ -3,7 +3,8 @@ and 64 concurrent clients, batches of 1 and of 64 sentences, JSON floats and bas
 while a promotion swaps the model, once in a cell and every second (no failed request allowed).
 
 The server: ``psp serve`` in its own process (1 tokenizer thread), serving a registry of two
-versions of the ``embed_corpus.py`` bundle shape (vocabulary 20k, dim 1024). The clients: one
+versions of the ``embed_corpus.py`` bundle shape (vocabulary 20k, dim 1024), with an API key
+that every request bears (``--no-key``: none). The clients: one
 process of asyncio connections with keep-alive (answers read by counting bytes), each sending its
 next request when the previous answer is read (a closed loop), each request prebuilt; the
 sentences are the shared STS sentences (repeated: a server's queries), batches drawn in turn.
@@ -31,6 +32,7 @@ import embed_corpus
 log = _common.log
 PSP = Path(sys.executable).with_name("psp")
 GOALS = {"single_requests_per_second": 1500, "batch64_base64_sentences_per_second": 20000}
+KEY = "benchmark-key"
 
 
 def free_port() -> int:
@@ -62,19 +64,22 @@ def registry_of_two(bundle: Path, results: Path) -> tuple[Path, list[str]]:
     return root, ids
 
 
-def request_bytes(port: int, texts: list[str], encoding: str) -> bytes:
+def request_bytes(port: int, texts: list[str], encoding: str, key: str | None = KEY) -> bytes:
     body = json.dumps({"model": "de", "input": texts, "encoding_format": encoding}).encode()
     head = (
         f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        + (f"Authorization: Bearer {key}\r\n" if key else "")
+        + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
 
 
-def prebuilt(port: int, sentences: list[str], batch: int, encoding: str) -> list[bytes]:
+def prebuilt(
+    port: int, sentences: list[str], batch: int, encoding: str, key: str | None = KEY
+) -> list[bytes]:
     """Up to 512 requests of ``batch`` sentences each, in the order of ``sentences``."""
     return [
-        request_bytes(port, sentences[i : i + batch], encoding)
+        request_bytes(port, sentences[i : i + batch], encoding, key)
         for i in range(0, min(len(sentences), 512 * batch), batch)
     ]
 
@@ -171,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--settle", type=float, default=1.5, help="seconds after a swapping cell (its last load)"
     )
+    parser.add_argument("--no-key", action="store_true", help="a server without API keys")
     _common.add_quick_argument(
         parser,
         "embed_corpus.py's quick bundle, 0.3 s per cell, 8 clients, 1,000 STS sentences",
@@ -186,25 +192,32 @@ def main(argv: list[str] | None = None) -> None:
     sentences, _ = _common.read_sts_sentences(args.data_dir)
     sentences = sentences[:1000] if args.quick else sentences
     port = free_port()
+    key = None if args.no_key else KEY
+    environment = {k: v for k, v in os.environ.items() if k != "PSP_API_KEY"}
+    if key:
+        environment["PSP_API_KEY"] = key
     server = subprocess.Popen(
         [str(PSP), "serve", "--storage-root", str(storage), "--port", str(port)]
         + ["--reload-interval", "0.5", "--workers", str(args.workers)],
         stderr=subprocess.PIPE,
         text=True,
+        env=environment,
     )
     try:
         _wait_ready(port, server)
         results = {}
         for batch in (1, 64):
             for encoding in ("float", "base64"):
-                requests = prebuilt(port, sentences, batch, encoding)
+                requests = prebuilt(port, sentences, batch, encoding, key)
                 for clients in map(int, args.clients.split(",")):
                     name = f"batch{batch}_{encoding}_clients{clients}"
                     figures = drive(port, requests, clients, args.seconds)
                     figures["sentences_per_second"] = round(figures["requests_per_second"] * batch)
                     results[name] = figures
                     log.info("%s: %s", name, figures)
-        swapping = _while_swapping(port, storage, versions, sentences, args.seconds, args.settle)
+        swapping = _while_swapping(
+            port, storage, versions, sentences, args.seconds, args.settle, key
+        )
         results.update(swapping)
     finally:
         server.terminate()
@@ -220,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         {
             "benchmark": "serve_load",
             "workers": args.workers,
+            "api_key": key is not None,
             "model": str(bundle),
             "machine": _common.machine_info(),
             "loadavg_at_end": _common.loadavg(),
@@ -239,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
 
-def _while_swapping(port, storage, versions, sentences, seconds, settle) -> dict:
+def _while_swapping(port, storage, versions, sentences, seconds, settle, key) -> dict:
     """Each cell twice: one promotion in the middle of the cell (a retrain promoted while the
     server is busy), and a promotion every second (a stress: each swap loads the other version,
     80 MB, beside the served one, on the same 2 cores; cells under 3 s swap 3 times). After a
@@ -265,7 +279,7 @@ def _while_swapping(port, storage, versions, sentences, seconds, settle) -> dict
         ("every_second", often, int(seconds / often)),
     ):
         for batch, clients in ((1, 8), (64, 8)):
-            requests = prebuilt(port, sentences, batch, "base64")
+            requests = prebuilt(port, sentences, batch, "base64", key)
             stop = threading.Event()
             thread = threading.Thread(target=swapper, args=(stop, every, times))
             thread.start()

@@ -2,8 +2,8 @@
 pyproject.toml) and the one line a user gets when a command needs one that is not installed.
 
 A plain ``pip install`` of the package brings what embedding needs (``load_model``, ``embed``,
-``psp embed``, ``psp score``, ``psp info``); training, the pipeline, serving and Parquet files
-come with extras, imported only by the code that needs them.
+``psp embed``, ``psp score``, ``psp info``, Parquet corpora included); training, the pipeline
+and serving come with extras, imported only by the code that needs them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import socket
 from pathlib import Path
 
 from psp_core.cli.arguments import port_number, positive_int
@@ -12,6 +14,7 @@ from psp_core.models.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_
 from psp_core.serving.limits import Limits
 
 WORKERS_ENV = "PSP_SERVE_WORKERS"
+KEYS_ENV = "PSP_API_KEY"
 
 
 def add_serve_parser(commands) -> None:
@@ -47,9 +50,109 @@ def add_serve_parser(commands) -> None:
         help=f"server processes on the port, each with its own copy of the models (default "
         f"${WORKERS_ENV} or 1; one per core serves the most: docs/serving.md)",
     )
-    serve.add_argument("--max-inputs", type=int, default=Limits.max_inputs)
-    serve.add_argument("--max-input-chars", type=int, default=Limits.max_input_chars)
+    _add_access_arguments(serve)
+    _add_limit_arguments(serve)
     serve.set_defaults(handler=cmd_serve)
+
+
+def _add_access_arguments(serve) -> None:
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"a key that requests must bear (Authorization: Bearer KEY); repeatable; also "
+        f"${KEYS_ENV}, comma-separated; /health stays open",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="listen on an address other than loopback without an API key",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="an origin (https://host[:port]) whose browser pages may call the API; repeatable "
+        "(default: none, no CORS headers)",
+    )
+
+
+def _add_limit_arguments(serve) -> None:
+    for flag, kind, default, what in (
+        ("--max-inputs", positive_int, Limits.max_inputs, "inputs in one request"),
+        ("--max-input-chars", positive_int, Limits.max_input_chars, "characters of one input"),
+        (
+            "--max-body-bytes",
+            positive_int,
+            Limits.max_body_bytes,
+            "bytes of one request body (413 beyond)",
+        ),
+        (
+            "--max-header-bytes",
+            positive_int,
+            Limits.max_header_bytes,
+            "bytes of one request's line and headers (431 beyond)",
+        ),
+        ("--max-headers", positive_int, Limits.max_headers, "headers of one request (431 beyond)"),
+        (
+            "--keep-alive-timeout",
+            positive_float,
+            Limits.keep_alive_timeout,
+            "seconds a connection may stay idle, before its first request or between two",
+        ),
+        (
+            "--request-timeout",
+            positive_float,
+            Limits.request_timeout,
+            "seconds to receive a request whole from its first byte (408 beyond)",
+        ),
+        (
+            "--max-connections",
+            positive_int,
+            Limits.max_connections,
+            "open connections per server process (a new one beyond it: 503, closed)",
+        ),
+        (
+            "--max-concurrent-requests",
+            positive_int,
+            Limits.max_concurrent_requests,
+            "embeddings requests in progress per server process (429 with Retry-After beyond)",
+        ),
+    ):
+        serve.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type``: a number above 0 (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """The keys of ``--api-key`` and ``$PSP_API_KEY`` (comma-separated; blanks ignored)."""
+    given = [*args.api_key, *os.environ.get(KEYS_ENV, "").split(",")]
+    keys = tuple(dict.fromkeys(key.strip() for key in given if key.strip()))
+    if any(not key.isprintable() or " " in key for key in keys):
+        raise ValueError("an API key must be printable, without spaces")
+    return keys
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(info[4][0].partition("%")[0]).is_loopback for info in infos
+    )
 
 
 def served_folders(args: argparse.Namespace) -> dict[str, Path]:
@@ -84,8 +187,17 @@ def cmd_serve(args: argparse.Namespace) -> None:
     # extra: one line naming it, before any check or work)
     for module in ("starlette", "uvicorn", "orjson"):
         require(module, "serve", "psp serve")
+    from psp_core.serving.connections import ensure_file_limit
     from psp_core.serving.server import ServeSettings, check_port_free, serve
 
+    keys = api_keys(args)
+    if not keys and not args.allow_unauthenticated and not is_loopback(args.host):
+        raise ValueError(
+            f"--host {args.host} is reachable from other machines: give --api-key (or "
+            f"${KEYS_ENV}), or --allow-unauthenticated to serve anyone who can connect"
+        )
+    limits = Limits(**{name: getattr(args, name) for name in vars(Limits())})
+    ensure_file_limit(limits.max_connections)
     # a port another program holds is one line, before any model is loaded or banner printed
     check_port_free(args.host, args.port)
     settings = ServeSettings(
@@ -94,7 +206,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         port=args.port,
         threads=args.threads,
         reload_interval=args.reload_interval,
-        max_inputs=args.max_inputs,
-        max_input_chars=args.max_input_chars,
+        limits=limits,
+        api_keys=keys,
+        cors_origins=tuple(args.cors_origin),
     )
     serve(settings, args.workers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +53,11 @@ def cut_sentences(sentences: list[str], max_chars: int) -> list[str]:
         max_chars,
     )
     return [text[:max_chars] if len(text) > max_chars else text for text in sentences]
+
+
+class EmptySentenceWarning(UserWarning):
+    """``embed(..., normalize=True)`` was given sentences with nothing to embed (empty, or no
+    sentencepiece piece): their vectors are zero, not unit length."""
 
 
 class PSPModel:
@@ -185,7 +191,9 @@ class PSPModel:
         Sentences are tokenized in blocks and averaged ``batch_size`` at a time, in input
         order (a mean of piece vectors has no padding, so sorting by length gains nothing and
         costs the scattering of the rows back). An empty sentence (or one with no pieces) gives
-        a zero vector, also when ``normalize`` is set. ``dim`` keeps the first ``dim``
+        a zero vector: it has no direction, so it stays a zero vector when ``normalize`` is set
+        (a dot product with it is 0, where a division by its norm would give NaN), and then an
+        :class:`EmptySentenceWarning` says how many and the first one's index. ``dim`` keeps the first ``dim``
         dimensions (normalized after truncating): meant for models trained with
         ``matryoshka_dims`` (the mean of the pieces' prefixes is the prefix of their mean, so
         this is exact).
@@ -240,6 +248,14 @@ class PSPModel:
         if normalize:
             norms = np.linalg.norm(output, axis=1, keepdims=True)
             np.divide(output, norms, out=output, where=norms > 0)
+            zero = np.flatnonzero(norms[:, 0] == 0)
+            if len(zero):
+                warnings.warn(
+                    f"{len(zero)} of {len(output)} sentences have nothing to embed (first: index "
+                    f"{zero[0]}): their vectors are zero, not unit length",
+                    EmptySentenceWarning,
+                    stacklevel=2,
+                )
         return output
 
     def _embed_blocks(

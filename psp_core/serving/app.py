@@ -5,14 +5,27 @@ Vectors are unit length, as OpenAI's are (cosine = dot product), of the first ``
 dimensions when asked (a Matryoshka prefix, normalized after cutting). ``encoding_format``
 ``base64`` sends the float32 bytes little-endian, as the ``openai`` client reads them (its
 default): 4 bytes a dimension where JSON floats take about 20. ``usage`` counts sentencepiece
-pieces. Bad requests get a 4xx JSON error in OpenAI's shape (``{"error": {"message", "type",
-"param", "code"}}``) and the server goes on; limits (inputs per request, characters per input,
-body size) keep one request's memory bounded.
+pieces. Each answer names the model version that computed it (``X-PSP-Model-Version``). Bad
+requests get a 4xx JSON error in OpenAI's shape (``{"error": {"message", "type", "param",
+"code"}}``) and the server goes on: an input that is empty or blank, or has nothing to embed,
+is refused (a zero vector cannot be unit length). Limits (inputs per request, characters per
+input, body size, requests in progress) keep the memory bounded.
+
+With API keys, every route but ``/health`` asks for one (``Authorization: Bearer KEY``, compared
+in constant time; 401 ``invalid_api_key`` otherwise). The embeddings route takes
+``application/json`` bodies only (415 otherwise: a browser page cannot send one across origins
+without a CORS preflight), and CORS headers are sent only for the origins given.
+
+A large request is embedded in pieces of bounded work, each in a worker thread, so that the
+event loop answers small requests between two pieces (a small request is never stuck behind a
+large one: benchmarks/RESULTS.md#serve-fairness); between pieces it stops if its client hung up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import hmac
 import logging
 import os
 
@@ -21,7 +34,9 @@ import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -32,40 +47,67 @@ log = logging.getLogger(__name__)
 
 
 #: requests of at most these inputs and characters are embedded on the event loop itself
-#: (quicker than the hop to a worker thread); larger ones go to a worker thread, so the loop
-#: keeps reading other requests meanwhile
+#: (quicker than the hop to a worker thread); larger ones go to worker threads, a piece at a
+#: time, so the loop keeps reading and answering other requests meanwhile
 INLINE_INPUTS = 4
 INLINE_CHARACTERS = 2_000
+#: the most inputs and characters of one piece of a large request (one input longer than that
+#: is a piece of its own): small enough that a request waiting for the loop waits little
+PIECE_INPUTS = 256
+PIECE_CHARACTERS = 32_000
+#: the header that names the model version of an answer
+VERSION_HEADER = "X-PSP-Model-Version"
+#: the routes open without an API key
+OPEN_PATHS = frozenset({"/health"})
 
 
 class ApiError(Exception):
     def __init__(
-        self, status: int, message: str, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers
 
     def response(self) -> JSONResponse:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
         body = {"message": self.message, "type": kind, "param": self.param, "code": self.code}
-        return JSONResponse({"error": body}, status_code=self.status)
+        return JSONResponse({"error": body}, status_code=self.status, headers=self.headers)
 
 
-def create_app(models: ModelSet, limits: Limits | None = None, lifespan=None) -> Starlette:
+def create_app(
+    models: ModelSet,
+    limits: Limits | None = None,
+    lifespan=None,
+    *,
+    api_keys: tuple[str, ...] = (),
+    cors_origins: tuple[str, ...] = (),
+) -> Starlette:
     limits = limits or Limits()
+    in_progress = [0]  # embeddings requests of this process being answered (one event loop)
 
     async def embeddings(request: Request) -> Response:
+        if in_progress[0] >= limits.max_concurrent_requests:
+            return ApiError(
+                429,
+                f"over {limits.max_concurrent_requests} requests in progress; retry in 1 s",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": "1"},
+            ).response()
+        in_progress[0] += 1
         try:
-            body = await _json_body(request, limits.max_body_bytes)
-            served, texts, dimensions, encoding = _parse(body, models, limits)
-            if len(texts) <= INLINE_INPUTS and sum(map(len, texts)) <= INLINE_CHARACTERS:
-                # a few short inputs take less time than the hop to a worker thread
-                payload = _embed(served, texts, dimensions, encoding)
-            else:
-                payload = await run_in_threadpool(_embed, served, texts, dimensions, encoding)
+            return await _answer(request, models, limits)
         except ApiError as error:
             return error.response()
-        return Response(payload, media_type="application/json")
+        except ClientDisconnect:  # nobody to answer: its work stopped, nothing to log
+            return Response(status_code=499)
+        finally:
+            in_progress[0] -= 1
 
     async def list_models(request: Request) -> Response:
         return JSONResponse(
@@ -114,10 +156,83 @@ def create_app(models: ModelSet, limits: Limits | None = None, lifespan=None) ->
         Route("/v1/models/{name}", one_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
+    middleware = []
+    if cors_origins:  # outermost: a preflight carries no key, and a 401 gets the headers too
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+                expose_headers=[VERSION_HEADER],
+            )
+        )
+    if api_keys:
+        middleware.append(Middleware(KeyCheck, keys=api_keys))
     return Starlette(
         routes=routes,
+        middleware=middleware,
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
+    )
+
+
+class KeyCheck:
+    """ASGI middleware: a request to any route but :data:`OPEN_PATHS` must bear one of ``keys``
+    as ``Authorization: Bearer KEY``, else 401 (the key given is never echoed nor logged)."""
+
+    def __init__(self, app, keys: tuple[str, ...]) -> None:
+        if not keys or not all(keys):
+            raise ValueError("API keys must be non-empty strings")
+        self.app = app
+        self.keys = [key.encode() for key in keys]
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        refusal = ApiError(
+            401,
+            "a valid API key is required: send it as the header 'Authorization: Bearer KEY'",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+        await refusal.response()(scope, receive, send)
+
+    def _allowed(self, scope) -> bool:
+        given = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+        scheme, _, token = given.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        token = token.strip()
+        matched = False
+        for key in self.keys:  # every key compared: the time does not tell which one matched
+            matched |= hmac.compare_digest(token, key)
+        return matched
+
+
+async def _answer(request: Request, models: ModelSet, limits: Limits) -> Response:
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise ApiError(
+            415,
+            f"the request body must be sent as Content-Type: application/json, "
+            f"not {media_type or 'none'}",
+        )
+    body = await _json_body(request, limits.max_body_bytes)
+    served, texts, dimensions, encoding = _parse(body, models, limits)
+    pieces = _pieces(texts)
+    if len(texts) <= INLINE_INPUTS and sum(map(len, texts)) <= INLINE_CHARACTERS:
+        # a few short inputs take less time than the hop to a worker thread
+        part, count = _piece(served, texts, 0, dimensions, encoding, True)
+        payload = _envelope([part], served.name, count)
+    elif len(pieces) == 1:
+        part, count = await run_in_threadpool(_piece, served, texts, 0, dimensions, encoding, True)
+        payload = _envelope([part], served.name, count)
+    else:
+        payload = await _in_pieces(request, served, texts, pieces, dimensions, encoding)
+    return Response(
+        payload, media_type="application/json", headers={VERSION_HEADER: served.version}
     )
 
 
@@ -199,34 +314,145 @@ def _inputs(value, limits: Limits) -> list[str]:
                 f"input {index} has {len(text)} characters; the limit is {limits.max_input_chars}",
                 "input",
             )
+        if not text.strip():
+            raise ApiError(
+                400, f"input {index} is empty or blank: each input must have text", "input"
+            )
     return texts
 
 
-def _embed(served: Served, texts: list[str], dimensions: int | None, encoding: str) -> bytes:
-    """The response body: the vectors (unit length, ``dimensions`` first dimensions) and usage."""
+def _pieces(texts: list[str]) -> list[tuple[int, int]]:
+    """``(start, stop)`` ranges of ``texts`` in order, each of at most :data:`PIECE_INPUTS`
+    inputs and :data:`PIECE_CHARACTERS` characters (or one longer input alone)."""
+    ranges, start, characters = [], 0, 0
+    for index, text in enumerate(texts):
+        if index > start and (
+            index - start >= PIECE_INPUTS or characters + len(text) > PIECE_CHARACTERS
+        ):
+            ranges.append((start, index))
+            start, characters = index, 0
+        characters += len(text)
+    ranges.append((start, len(texts)))
+    return ranges
+
+
+async def _in_pieces(
+    request: Request,
+    served: Served,
+    texts: list[str],
+    pieces: list[tuple[int, int]],
+    dimensions: int | None,
+    encoding: str,
+) -> bytes:
+    """The response body of a large request, embedded and written a piece at a time in worker
+    threads; ClientDisconnect as soon as its client is gone (no more pieces started)."""
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        # the word cache's choice made once for the request: asked piece by piece, a piece no
+        # larger than its probe would always go through the cache, paying off or not
+        cached = await run_in_threadpool(_cache_rows, served, texts)
+        parts, count = [], 0
+        for start, stop in pieces:
+            if gone.done():
+                raise ClientDisconnect()
+            use_cache = start < cached[1] and stop > cached[0]
+            part, tokens = await run_in_threadpool(
+                _piece, served, texts[start:stop], start, dimensions, encoding, use_cache
+            )
+            parts.append(part)
+            count += tokens
+        return _envelope(parts, served.name, count)
+    finally:
+        gone.cancel()
+
+
+def _cache_rows(served: Served, texts: list[str]) -> tuple[int, int]:
+    """The rows ``(start, stop)`` of ``texts`` that go through the tokenizer's word cache."""
+    tokenizer = served.model.tokenizer
+    if tokenizer.word_cache is None:
+        return 0, 0
+    return tokenizer.cache_takes(tokenizer.normalize(texts))
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client of ``request`` (its body already read) hangs up."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _piece(
+    served: Served,
+    texts: list[str],
+    start: int,
+    dimensions: int | None,
+    encoding: str,
+    use_cache: bool,
+) -> tuple[bytes, int]:
+    vectors, count = _vectors(served, texts, dimensions, start, use_cache=use_cache)
+    return _rows(vectors, start, encoding), count
+
+
+def _vectors(
+    served: Served,
+    texts: list[str],
+    dimensions: int | None,
+    first_index: int = 0,
+    *,
+    use_cache: bool = True,
+) -> tuple[np.ndarray, int]:
+    """Unit vectors of ``texts`` (their first ``dimensions`` dimensions) and their piece count;
+    a 400 naming the input (``first_index`` + its place) that has no piece to embed."""
     model = served.model
-    tokens = model.tokenizer.encode(texts)
+    tokenizer = model.tokenizer
+    tokens = tokenizer.encode_normalized(tokenizer.normalize(texts), use_cache=use_cache)
     vectors = model.embed_ids(tokens.ids, tokens.offsets)
     if dimensions is not None and dimensions < model.dim:
         vectors = np.ascontiguousarray(vectors[:, :dimensions])
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    np.divide(vectors, norms, out=vectors, where=norms > 0)
+    empty = np.flatnonzero(norms[:, 0] == 0)
+    if len(empty):
+        raise ApiError(
+            400,
+            f"input {first_index + int(empty[0])} has nothing to embed "
+            "(no sentencepiece piece once normalized)",
+            "input",
+        )
+    vectors /= norms
+    return vectors, int(len(tokens.ids))
+
+
+def _rows(vectors: np.ndarray, first_index: int, encoding: str) -> bytes:
+    """The JSON of the ``data`` items of ``vectors`` (numbered from ``first_index``), without
+    the list's brackets, so that the items of several pieces are joined by commas."""
     if encoding == "base64":
         little = vectors.astype("<f4", copy=False)
         rows = [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
     else:
         rows = list(vectors)  # numpy rows: orjson writes float32 itself, fast
-    count = int(len(tokens.ids))
-    return orjson.dumps(
-        {
-            "object": "list",
-            "data": [
-                {"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)
-            ],
-            "model": served.name,
-            "usage": {"prompt_tokens": count, "total_tokens": count},
-        },
+    items = orjson.dumps(
+        [
+            {"object": "embedding", "index": first_index + i, "embedding": row}
+            for i, row in enumerate(rows)
+        ],
         option=orjson.OPT_SERIALIZE_NUMPY,
+    )
+    return items[1:-1]
+
+
+def _envelope(parts: list[bytes], name: str, count: int) -> bytes:
+    """The response body: the ``data`` items (:func:`_rows` of each piece, in order), the model
+    and the usage."""
+    usage = orjson.dumps({"prompt_tokens": count, "total_tokens": count})
+    return b"".join(
+        [
+            b'{"object":"list","data":[',
+            b",".join(parts),
+            b'],"model":',
+            orjson.dumps(name),
+            b',"usage":',
+            usage,
+            b"}",
+        ]
     )
 
 

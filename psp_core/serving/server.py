@@ -38,7 +38,7 @@ import sys
 import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +65,11 @@ class ServeSettings:
     port: int = 8000
     threads: int = 1
     reload_interval: float = 2.0
-    max_inputs: int = Limits.max_inputs
-    max_input_chars: int = Limits.max_input_chars
+    limits: Limits = Limits()
+    #: the keys a request must bear (``Authorization: Bearer KEY``); none: no key asked
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    #: origins whose browser pages may call the API (CORS); none: no CORS headers
+    cors_origins: tuple[str, ...] = ()
 
 
 def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None = None):
@@ -74,18 +77,24 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
     ``on_serving`` is called once it serves."""
     from starlette.requests import ClientDisconnect
 
+    from psp_core.inference.pooling import set_threads
     from psp_core.serving.app import create_app
     from psp_core.serving.models import ModelSet
 
+    # one averaging thread: the worker processes are the parallelism, and torch's pool of
+    # threads, woken once per piece of a large request, would spin on the cores the other
+    # requests need (benchmarks/RESULTS.md#serve-fairness)
+    set_threads(1)
     models = ModelSet(settings.folders, num_threads=settings.threads)
-    limits = Limits(max_inputs=settings.max_inputs, max_input_chars=settings.max_input_chars)
 
     @asynccontextmanager
     async def lifespan(app):
         models.watch(settings.reload_interval)
         served = ", ".join(f"{n} ({models.get(n).version})" for n in models.names())
+        keys = f"{len(settings.api_keys)} API key(s)" if settings.api_keys else "no API key"
         print(
-            f"psp serve (pid {os.getpid()}): {served} on http://{settings.host}:{settings.port}/v1",
+            f"psp serve (pid {os.getpid()}): {served} on http://{settings.host}:{settings.port}/v1"
+            f" ({keys})",
             file=sys.stderr,
             flush=True,
         )
@@ -96,7 +105,13 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
         finally:
             models.stop()
 
-    app = create_app(models, limits, lifespan=lifespan)
+    app = create_app(
+        models,
+        settings.limits,
+        lifespan=lifespan,
+        api_keys=settings.api_keys,
+        cors_origins=settings.cors_origins,
+    )
     # a client gone before its body arrived: nobody to answer, no traceback to log
     app.add_exception_handler(ClientDisconnect, _client_gone)
     return app
@@ -120,6 +135,27 @@ def log_with_pid(level: int) -> None:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
 
 
+def uvicorn_config(app, settings: ServeSettings, **options):
+    """uvicorn's configuration for ``app``: the protocol that enforces the connection limits
+    (:mod:`psp_core.serving.connections`), no access log, no WebSockets, uvicorn's own
+    messages through the root logger's format (time, pid, level)."""
+    import uvicorn
+
+    from psp_core.serving.connections import ensure_file_limit, guarded_protocol
+
+    ensure_file_limit(settings.limits.max_connections)
+    return uvicorn.Config(
+        app,
+        http=guarded_protocol(settings.limits),
+        ws="none",
+        timeout_keep_alive=settings.limits.keep_alive_timeout,
+        log_level="warning",
+        log_config=None,
+        access_log=False,
+        **options,
+    )
+
+
 def serve(settings: ServeSettings, workers: int = 1) -> None:
     """Serve until SIGINT or SIGTERM (uvicorn's graceful shutdown: requests in flight end)."""
     log_with_pid(logging.getLogger().getEffectiveLevel())
@@ -128,14 +164,11 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
         return
     import uvicorn
 
-    uvicorn.run(
-        serving_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        log_config=None,  # its messages go through the root logger's format (time, pid, level)
-        access_log=False,
-    )
+    config = uvicorn_config(serving_app(settings), settings, host=settings.host, port=settings.port)
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:  # (as uvicorn.run ends: the app's start failed, its error logged)
+        sys.exit(3)
 
 
 def _run_workers(settings: ServeSettings, workers: int) -> None:
@@ -242,9 +275,7 @@ def _worker(settings: ServeSettings, ready, supervisor, level: int) -> None:
     except Exception as error:
         ready.send(f"worker {os.getpid()}: {type(error).__name__}: {error} (traceback above)")
         raise
-    config = uvicorn.Config(
-        app, log_level="warning", log_config=None, access_log=False, lifespan="on"
-    )
+    config = uvicorn_config(app, settings, lifespan="on")
     # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler found
     # at its start: this one ends the process normally (its multiprocessing semaphores
     # released, not reported leaked by the resource tracker)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
-from psp_core.inference.model import PSPModel
+from psp_core.inference.model import EmptySentenceWarning, PSPModel
 
 EMPTY_SENTENCES = ["", " ", "   ", "\t", "\u3000 \u3000"]
 
@@ -67,11 +69,22 @@ def test_embed_accepts_any_iterable(model, sentences):
 
 @pytest.mark.parametrize("normalize", [False, True])
 def test_sentences_without_pieces_give_zero_vectors(model, toy, normalize):
-    batch = [*EMPTY_SENTENCES, toy.pairs(1)[0][0]]
-    vectors = model.embed(batch, normalize=normalize)
+    batch = [toy.pairs(1)[0][0], *EMPTY_SENTENCES]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vectors = model.embed(batch, normalize=normalize)
     assert np.isfinite(vectors).all()
-    np.testing.assert_array_equal(vectors[:-1], 0.0)
-    assert np.linalg.norm(vectors[-1]) > 0
+    np.testing.assert_array_equal(vectors[1:], 0.0)
+    assert np.linalg.norm(vectors[0]) > 0
+    # normalize=True promises unit vectors: the zero ones are not silent
+    said = [str(w.message) for w in caught if issubclass(w.category, EmptySentenceWarning)]
+    if normalize:
+        assert said == [
+            f"{len(EMPTY_SENTENCES)} of {len(batch)} sentences have nothing to embed "
+            "(first: index 1): their vectors are zero, not unit length"
+        ]
+    else:
+        assert said == []
 
 
 @pytest.mark.parametrize("normalize", [False, True])

@@ -1,0 +1,159 @@
+"""uvicorn's httptools protocol with the connection limits of :class:`~psp_core.serving.limits.Limits`.
+
+uvicorn's fastest HTTP/1.1 protocol (httptools) bounds neither the size nor the number of a
+request's headers, never times out a connection that has sent nothing or half a request, and
+accepts connections until the process runs out of files, after which every client gets an
+empty reply. This subclass adds, per connection:
+
+* header bytes and count: beyond either, 431 and the connection closed (the bytes are counted as
+  they arrive, so a flood of headers costs at most one read beyond the limit);
+* a connection idle for ``keep_alive_timeout`` (before its first request or between two) is
+  closed, as uvicorn already does after a response;
+* a request not received whole within ``request_timeout`` of its first byte gets 408 and the
+  connection is closed;
+* beyond ``max_connections`` open in the process, a new connection gets 503 and is closed at
+  once, so the others are still served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from psp_core.serving.limits import Limits
+
+#: files a process keeps open beside its connections (models, logs, pipes, the listening socket)
+SPARE_FILES = 64
+
+
+class _Refused(Exception):
+    """Raised from a parser callback: the request broke a limit (the status says which)."""
+
+
+def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
+    """The protocol class to give uvicorn (``Config(http=...)``), bound to ``limits``."""
+    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"limits": limits})
+
+
+def ensure_file_limit(max_connections: int) -> None:
+    """Raise the process's soft limit of open files to hold ``max_connections`` (up to the hard
+    limit); a clear error when the hard limit is lower."""
+    need = max_connections + SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            raise ValueError(
+                f"--max-connections {max_connections} needs {need} open files; this process may "
+                f"open {hard} (ulimit -Hn): lower --max-connections"
+            )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    limits: Limits = Limits()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.timeout_keep_alive = self.limits.keep_alive_timeout
+        self._head_bytes = 0  # bytes received of the current request's line and headers
+        self._header_count = 0
+        self._in_body = False
+        self._request_timer: asyncio.TimerHandle | None = None
+        self._refusal: tuple[int, str] | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._refuse(503, f"over {self.limits.max_connections} open connections; try again")
+            return
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_request_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        # (uvicorn's own, with the limits; a broken limit is not logged as an invalid request)
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        if not self._in_body:
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError:
+            if self._refusal is not None:  # a limit broken in a parser callback
+                self._refuse(*self._refusal)
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        if not self._in_body and self._head_bytes > self.limits.max_header_bytes:
+            self._refuse(431, f"request headers over {self.limits.max_header_bytes} bytes")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_count = 0
+        if self._request_timer is None:
+            self._request_timer = self.loop.call_later(
+                self.limits.request_timeout, self._request_timed_out
+            )
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.limits.max_headers:
+            self._refusal = (431, f"over {self.limits.max_headers} request headers")
+            raise _Refused(self._refusal[1])
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_body = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._head_bytes = 0
+        self._cancel_request_timer()
+        super().on_message_complete()
+
+    def _cancel_request_timer(self) -> None:
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+            self._request_timer = None
+
+    def _request_timed_out(self) -> None:
+        self._request_timer = None
+        if self.transport.is_closing():
+            return
+        if self._in_body and self.cycle.response_started:
+            self.transport.close()  # (the app answered early, the client never sent the rest)
+        else:
+            self._refuse(408, f"request not received within {self.limits.request_timeout:g} s")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` with a plain-text reason and close the connection."""
+        self._cancel_request_timer()
+        body = message.encode("ascii")
+        self.transport.write(
+            b"".join(
+                [
+                    STATUS_LINE[status],
+                    b"content-type: text/plain; charset=utf-8\r\n",
+                    b"content-length: %d\r\n" % len(body),
+                    b"connection: close\r\n\r\n",
+                    body,
+                ]
+            )
+        )
+        self.transport.close()
