@@ -49,9 +49,14 @@ def with_config(asset: str, **settings) -> dict:
 
 
 @pytest.fixture()
-def world(opus_server: OpusServer, tmp_path: Path, monkeypatch) -> dict:
+def registry_text() -> str:
+    return REGISTRY
+
+
+@pytest.fixture()
+def world(opus_server: OpusServer, tmp_path: Path, monkeypatch, registry_text: str) -> dict:
     registry = tmp_path / "languages.toml"
-    registry.write_text(REGISTRY)
+    registry.write_text(registry_text)
     monkeypatch.setenv("PSP_LANGUAGES", str(registry))
     publish_de(opus_server, build_moses_zip)
     write_eval_dir(tmp_path / "eval")
@@ -202,7 +207,29 @@ def test_a_vocabulary_that_no_longer_fits_gives_a_full_retrain(world: dict):
 
 
 @pytest.mark.slow
-def test_full_every_and_a_refused_incremental_version_give_full_retrains(world: dict):
+@pytest.mark.parametrize(
+    "registry_text",
+    # one incremental version in a row at most; every version promoted
+    [
+        REGISTRY
+        + "[languages.de.retrain]\nfull_every = 1\n[languages.de.promotion]\ntolerance = 100.0\n"
+    ],
+)
+def test_full_every_incremental_versions_in_a_row_give_a_full_retrain(world: dict):
+    root = world["root"]
+    run(world)
+    drop_into_inbox(root, "week2", *english_german(200, seed=77))
+    second = metadata_of(run(world), "psp_model")
+    assert (second["retrain_mode"], second["promotion"]) == ("incremental", "promoted")
+    drop_into_inbox(root, "week3", *english_german(200, seed=79))
+    third = metadata_of(run(world), "retrain_plan")
+    assert third["retrain_mode"] == "full"
+    assert "1 incremental versions in a row" in third["retrain_reason"]
+    assert "full_every 1" in third["retrain_reason"]
+
+
+@pytest.mark.slow
+def test_a_refused_incremental_version_gives_a_full_retrain(world: dict):
     root = world["root"]
     run(world)
     drop_into_inbox(root, "week2", *english_german(200, seed=77))
