@@ -196,6 +196,7 @@ _MULTI_KEYS = {
     "sentencepiece",
     "training",
     "promotion",
+    "retrain",
 }
 
 
@@ -213,6 +214,7 @@ class MultiSpec:
     sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
     training: Mapping[str, Any] = field(default_factory=dict)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
+    retrain: RetrainSettings = field(default_factory=RetrainSettings)
 
     def as_language(self) -> LanguageSpec:
         """A :class:`LanguageSpec` for the stages the multilingual model shares with the
@@ -225,6 +227,7 @@ class MultiSpec:
             sentencepiece=self.sentencepiece,
             training=self.training,
             promotion=self.promotion,
+            retrain=self.retrain,
         )
 
 
@@ -477,8 +480,13 @@ def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) ->
         {**defaults.get("promotion", {}), **_table(table.get("promotion", {}), where)},
         f"{where}.promotion",
     )
+    retrain = _settings(
+        RetrainSettings,
+        {**defaults.get("retrain", {}), **_table(table.get("retrain", {}), where)},
+        f"{where}.retrain",
+    )
     return MultiSpec(
-        tuple(languages), float(alpha), pretokenizer, sentencepiece, training, promotion
+        tuple(languages), float(alpha), pretokenizer, sentencepiece, training, promotion, retrain
     )
 
 

@@ -40,9 +40,16 @@ UNPARTITIONED_ASSETS = {
     "evaluation_scoreboard": ("scoreboard", {"model_evaluation", "multi_evaluation"}),
     # the multilingual model: every language's deduplicated pairs, then the shared stages
     "multi_pairs": ("multi", {"deduplicated_pairs"}),
-    "multi_sentencepiece_model": ("multi", {"multi_pairs"}),
-    "multi_training_data": ("multi", {"multi_pairs", "multi_sentencepiece_model"}),
-    "multi_psp_model": ("multi", {"multi_sentencepiece_model", "multi_training_data"}),
+    "multi_retrain_plan": ("multi", {"multi_pairs"}),
+    "multi_sentencepiece_model": ("multi", {"multi_pairs", "multi_retrain_plan"}),
+    "multi_training_data": (
+        "multi",
+        {"multi_pairs", "multi_retrain_plan", "multi_sentencepiece_model"},
+    ),
+    "multi_psp_model": (
+        "multi",
+        {"multi_retrain_plan", "multi_sentencepiece_model", "multi_training_data"},
+    ),
     "multi_evaluation": ("multi", {"multi_psp_model"}),
 }
 EXPECTED_CHECKS = {
@@ -235,6 +242,7 @@ ASSET_DECLARATIONS = {
     "model_evaluation": ("4", ("json",), ("eval_data", "io_manager", "profile", "storage"), EVALUATION_FIELDS, False),
     "evaluation_scoreboard": (None, ("markdown",), ("io_manager", "storage"), (), False),
     "multi_pairs": ("1", ("parquet",), ("io_manager", "storage"), ("force", "sampling_alpha"), False),
+    "multi_retrain_plan": ("1", ("parquet",), ("io_manager", "storage"), ("force", "retrain"), False),
     "multi_sentencepiece_model": ("1", ("sentencepiece",), ("compute", "io_manager", "profile", "storage"), ("force", "input_sentence_size", "vocab_size"), False),
     "multi_training_data": ("1", ("hdf5",), ("compute", "io_manager", "storage"), ("force", "seed"), False),
     "multi_psp_model": ("1", ("pytorch",), ("compute", "eval_data", "io_manager", "profile", "storage"), TRAINING_FIELDS, False),
