@@ -142,18 +142,25 @@ def plan(run: StageRun) -> Plan:
         record = {"upstream": pairs.fingerprint, "candidate": candidate, "setting": setting}
         if decided is None:
             outputs, more = _incremental(run, pairs, parent, settings["replay_share"])
-            record |= more
         else:
-            outputs = {"train_keys": KEYS}
-            n = write_pair_keys(pairs.output("pairs"), run.stage.path(KEYS))
-            record |= {"mode": "full", "parent": None, "rule": decided[0], "reason": decided[1]}
-            record |= {"new_pairs": n, "replay_pairs": 0, "lineage_pairs": n}
+            outputs, more = _full(run, pairs, *decided)
+        record |= more
         run.context.log.info("retrain: %s (%s)", record["mode"], record["reason"])
         record["seconds"] = round(time.perf_counter() - started, 3)
         return outputs, record
 
     key = {"upstream": pairs.fingerprint, "retrain": setting, "candidate": candidate}
     return Plan(key | {"settings": settings}, compute)
+
+
+def _full(run: StageRun, pairs: Manifest, rule: str, reason: str, record: dict | None = None):
+    """The outputs and record of a full retrain's plan: the keys of every pair."""
+    run.stage.path(PAIRS).unlink(missing_ok=True)  # an earlier incremental plan's
+    n = write_pair_keys(pairs.output("pairs"), run.stage.path(KEYS))
+    record = dict(record or {})
+    record |= {"mode": "full", "parent": None, "rule": rule, "reason": reason}
+    record |= {"new_pairs": n, "replay_pairs": 0, "lineage_pairs": n}
+    return {"train_keys": KEYS}, record
 
 
 def _incremental(run: StageRun, pairs: Manifest, parent: Version, replay_share: float):
@@ -167,24 +174,22 @@ def _incremental(run: StageRun, pairs: Manifest, parent: Version, replay_share: 
         fit = {"new": vocabulary_fit(spm, new_text).as_dict()}
         fit["seen"] = vocabulary_fit(spm, seen_text).as_dict()
         record["vocabulary_fit"] = fit
-    if (
-        not n_new
-        or not n_seen
-        or ("vocabulary_fit" in record and not vocabulary_fits(**_fits(record)))
-    ):
-        n = write_pair_keys(source, stage.path(KEYS))
-        if not n_new:
-            rule, reason = "no_new_pairs", f"no pair is new to the promoted version {parent.id}"
-        elif not n_seen:
-            rule, reason = "no_seen_pairs", f"none of the pairs of {parent.id} is left"
-        else:
-            rule, reason = "vocabulary", _unfit_reason(parent, record["vocabulary_fit"])
-        record |= {"mode": "full", "parent": None, "rule": rule, "reason": reason}
-        return {"train_keys": KEYS}, record | {
-            "new_pairs": n,
-            "replay_pairs": 0,
-            "lineage_pairs": n,
-        }
+    if not n_new:
+        return _full(
+            run,
+            pairs,
+            "no_new_pairs",
+            f"no pair is new to the promoted version {parent.id}",
+            record,
+        )
+    if not n_seen:
+        return _full(
+            run, pairs, "no_seen_pairs", f"none of the pairs of {parent.id} is left", record
+        )
+    if "vocabulary_fit" in record and not vocabulary_fits(**_fits(record)):
+        return _full(
+            run, pairs, "vocabulary", _unfit_reason(parent, record["vocabulary_fit"]), record
+        )
     wanted = round(n_new * replay_share / (1.0 - replay_share))
     split, new_keys = split_new_and_seen(
         source,
