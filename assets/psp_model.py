@@ -36,12 +36,13 @@ from assets.retrain_plan import current_plan
 from assets.slots import machine_slot
 from assets.stage import Manifest, Stage, fingerprint
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from ops.pair_lineage import reference_sentences, vocabulary_fit
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
 from psp_core.models.bundle import BundleError, load_bundle
 from psp_core.models.export import FORMATS as EXPORT_FORMATS
 from psp_core.models.registry import TRAIN_PAIRS, VERSIONS, Version, retrain_record
-from psp_core.tokenization.tokenizer import sha256_file
+from psp_core.tokenization.tokenizer import make_pretokenizer, sha256_file
 from psp_core.training import TrainConfig
 from psp_core.training.init_from import InitFromMismatchError
 
@@ -198,13 +199,18 @@ class ModelTraining:
             "training_data": self.data.fingerprint,
         }
         if self.retrain is not None:  # what the next retrain tells new pairs by
+            reference = self._vocabulary_reference()
+            info_extra = {"vocabulary_fit": reference} if reference else {}
             shutil.copyfile(self.retrain.output("train_keys"), bundle_path.parent / TRAIN_PAIRS)
             lineage |= {
                 "deduplicated_pairs": self.retrain.record["upstream"],
                 "retrain_plan": self.retrain.fingerprint,
                 "retrain_candidate": self.retrain.record.get("candidate"),
             }
+        else:
+            info_extra = {}
         return {
+            **info_extra,
             "record": self._record(result, curve, window, time.perf_counter() - started),
             "retrain": retrain,
             "lineage": lineage,
@@ -212,6 +218,20 @@ class ModelTraining:
                 psp_core.load_model(result.bundle), self.eval_data.path(), self.held_back
             ),
         }
+
+    def _vocabulary_reference(self) -> dict | None:
+        """The vocabulary's fit on held-back pairs of its time (text it never saw): what a
+        later retrain compares new pairs with. An incremental version keeps its parent's
+        vocabulary, and so its parent's reference."""
+        if self.parent is not None and self.parent.info.get("vocabulary_fit"):
+            return self.parent.info["vocabulary_fit"]
+        sentences = reference_sentences(
+            list(self.held_back.values()), make_pretokenizer(self.spec.pretokenizer)
+        )
+        if not sentences:  # (no held-back pairs: a later retrain compares with seen pairs)
+            return None
+        fit = vocabulary_fit(self.spm.output("model"), sentences)
+        return fit.as_dict() | {"pairs": "held_back"}
 
     def _retrain_record(self, n_pairs: int) -> dict:
         """The version's ``retrain`` entry: the plan's, for an incremental retrain; for a full

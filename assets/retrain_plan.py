@@ -52,8 +52,9 @@ SETTINGS = ("auto", "full", "incremental")
 KEYS = "train_pairs.npy"
 PAIRS = "incremental_pairs.parquet"
 #: the vocabulary no longer fits new pairs that its pieces cut into this many times more pieces
-#: per word than the pairs it was trained on, or whose share of unknown pieces is this much
-#: higher (provisional: docs/lifecycle.md, "Incremental retraining")
+#: per word than the reference pairs (the held-back pairs of its time, as the parent version
+#: records them; else the seen pairs), or whose share of unknown pieces is this much higher
+#: (provisional: docs/lifecycle.md, "Incremental retraining")
 MAX_PIECES_PER_WORD_RATIO = 1.3
 MAX_UNKNOWN_SHARE_RISE = 0.05
 
@@ -114,10 +115,10 @@ def _version(registry: ModelRegistry, version_id: str | None) -> Version | None:
         return None
 
 
-def vocabulary_fits(fit_new: dict, fit_seen: dict) -> bool:
-    """Whether the vocabulary cuts the new pairs about as well as the pairs it has seen."""
-    ratio = fit_new["pieces_per_word"] / max(fit_seen["pieces_per_word"], 1e-9)
-    rise = fit_new["unknown_share"] - fit_seen["unknown_share"]
+def vocabulary_fits(fit_new: dict, fit_reference: dict) -> bool:
+    """Whether the vocabulary cuts the new pairs about as well as the reference pairs."""
+    ratio = fit_new["pieces_per_word"] / max(fit_reference["pieces_per_word"], 1e-9)
+    rise = fit_new["unknown_share"] - fit_reference["unknown_share"]
     return ratio <= MAX_PIECES_PER_WORD_RATIO and rise <= MAX_UNKNOWN_SHARE_RISE
 
 
@@ -169,10 +170,12 @@ def _incremental(run: StageRun, pairs: Manifest, parent: Version, replay_share: 
     source, stage = pairs.output("pairs"), run.stage
     n_new, n_seen, new_text, seen_text = count_new_and_seen(source, parent.train_pairs)
     record: dict = {"seen_pairs": n_seen}
-    if n_new and seen_text:
+    if n_new and n_seen:
         spm = parent.bundle / SPM_FILE
-        fit = {"new": vocabulary_fit(spm, new_text).as_dict()}
-        fit["seen"] = vocabulary_fit(spm, seen_text).as_dict()
+        reference = parent.info.get("vocabulary_fit") or (
+            vocabulary_fit(spm, seen_text).as_dict() | {"pairs": "seen"}
+        )
+        fit = {"new": vocabulary_fit(spm, new_text).as_dict(), "reference": reference}
         record["vocabulary_fit"] = fit
     if not n_new:
         return _full(
@@ -211,18 +214,17 @@ def _incremental(run: StageRun, pairs: Manifest, parent: Version, replay_share: 
 
 
 def _fits(record: dict) -> dict:
-    return {
-        "fit_new": record["vocabulary_fit"]["new"],
-        "fit_seen": record["vocabulary_fit"]["seen"],
-    }
+    fit = record["vocabulary_fit"]
+    return {"fit_new": fit["new"], "fit_reference": fit["reference"]}
 
 
 def _unfit_reason(parent: Version, fit: dict) -> str:
-    new, seen = fit["new"], fit["seen"]
+    new, reference = fit["new"], fit["reference"]
     return (
         f"the vocabulary of {parent.id} no longer fits the new pairs: "
-        f"{new['pieces_per_word']:.2f} pieces per word against {seen['pieces_per_word']:.2f}, "
-        f"{new['unknown_share']:.1%} unknown pieces against {seen['unknown_share']:.1%} "
+        f"{new['pieces_per_word']:.2f} pieces per word against {reference['pieces_per_word']:.2f}"
+        f" ({reference['pairs']} pairs), {new['unknown_share']:.1%} unknown pieces against "
+        f"{reference['unknown_share']:.1%} "
         f"(limits: x{MAX_PIECES_PER_WORD_RATIO}, +{MAX_UNKNOWN_SHARE_RISE:.0%})"
     )
 

@@ -17,6 +17,7 @@ the seen ones.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,14 @@ import pyarrow.parquet as pq
 
 from ops.corpus_caps import sample_keys
 from ops.held_back import key_threshold
-from ops.pair_files import CORPUS, PairWriter, has_corpus_column, iter_pair_batches, pair_file_info
+from ops.pair_files import (
+    CORPUS,
+    PairWriter,
+    has_corpus_column,
+    iter_pair_batches,
+    iter_pairs,
+    pair_file_info,
+)
 from psp_core.files.output_files import replaced_when_done
 
 #: the seed of the lineage keys (never change it: the arrays versions keep would mean nothing)
@@ -159,6 +167,21 @@ class VocabularyFit:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def reference_sentences(paths: list, segment=None) -> list[str]:
+    """Both sides of :data:`FIT_SAMPLE` pairs in all, the first of each pair file of ``paths``
+    in equal parts, lowercased and pre-tokenized with ``segment`` (as the training text was):
+    what a new vocabulary is measured on, to compare new text with later (held-back pairs:
+    text it never saw, as new text is)."""
+    per_file = max(1, FIT_SAMPLE // max(1, len(paths)))
+    sentences = [
+        sentence.lower()
+        for path in paths
+        for pair in islice(iter_pairs(path), per_file)
+        for sentence in pair
+    ]
+    return [segment(s) for s in sentences] if segment is not None else sentences
 
 
 def vocabulary_fit(model: str | Path, sentences: list[str]) -> VocabularyFit:

@@ -148,6 +148,11 @@ def test_new_bitext_trains_incrementally_from_the_promoted_version(world: dict):
         "reason": v2.retrain["reason"],
     }
     assert v1.id in v2.retrain["reason"]
+    # the vocabulary's fit on held-back pairs of its time, kept with the vocabulary
+    assert v1.info["vocabulary_fit"]["pairs"] == "held_back"
+    assert v2.info["vocabulary_fit"] == v1.info["vocabulary_fit"]
+    plan_fit = read_manifest(root / "de" / "retrain_plan").record["vocabulary_fit"]
+    assert plan_fit["reference"] == v1.info["vocabulary_fit"]
     model = metadata_of(second, "psp_model")
     assert (model["retrain_mode"], model["retrain_parent"]) == ("incremental", v1.id)
     assert model["retrain_new_pairs"] == len(new)
@@ -205,7 +210,9 @@ def test_a_vocabulary_that_no_longer_fits_gives_a_full_retrain(world: dict):
     assert plan["retrain_mode"] == "full", plan
     assert "no longer fits" in plan["retrain_reason"]
     fit = plan["vocabulary_fit"]
-    assert fit["new"]["unknown_share"] > fit["seen"]["unknown_share"] + 0.05, fit
+    # measured against the held-back pairs: text the vocabulary never saw either
+    assert fit["reference"]["pairs"] == "held_back"
+    assert fit["new"]["unknown_share"] > fit["reference"]["unknown_share"] + 0.05, fit
     v2 = registry_of(root).versions()[-1]
     assert v2.retrain["mode"] == "full" and v2.retrain["parent"] is None
     assert "no longer fits" in v2.retrain["reason"] and v1.id in v2.retrain["reason"]
