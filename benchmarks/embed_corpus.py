@@ -22,7 +22,7 @@ round by round (``--rounds``, median reported):
   off (``use_multiprocessing=False``; it is on by default from 10,000 sentences);
 * ``default_all_cores``: ``load_model(path, workers=N)`` (N processes, each on 1 thread:
   :mod:`psp_core.inference.multiprocess_embed`), N the cores this process may use;
-* ``threads_all_cores``: ``load_model(path, num_threads=N)`` with ``torch.set_num_threads(N)``
+* ``threads_all_cores``: ``load_model(path, num_threads=N)`` with torch's threads set to N
   (one process, N threads), for comparison;
 * ``model2vec_all_cores``: model2vec as it runs by default (its multiprocessing and its
   tokenizer's threads).
@@ -164,10 +164,10 @@ def corpus_and_bundle(args: argparse.Namespace, vocab_size: int, dim: int) -> tu
 
 def worker(args: argparse.Namespace) -> dict:
     """Load, read, then time passes over the corpus; returns {pass: seconds}."""
-    import torch
+    from psp_core.inference.pooling import set_threads
 
     threads = args.threads
-    torch.set_num_threads(threads)
+    set_threads(threads)  # (torch's threads where torch is installed: see light_install.py)
     sentences = Path(args.corpus).read_text(encoding="utf-8").splitlines()
     if args.path in ("model2vec", "sentence_transformers"):
         embed = load_peer(args.path, args.model, all_cores=args.workers > 1)
@@ -182,14 +182,15 @@ def worker(args: argparse.Namespace) -> dict:
         def embed(texts):
             return model.embed(texts, batch_size=BATCH_SIZE)
 
-    seconds = []
+    seconds, cpu_seconds = [], []
     for _ in range(args.passes):
         vectors = None  # (the previous pass's 1 GB is freed first, as a user's would be)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         vectors = embed(sentences)
         seconds.append(time.perf_counter() - started)
+        cpu_seconds.append(time.process_time() - cpu_started)  # (this process's CPU only)
         assert len(vectors) == len(sentences)
-    return {"sentences": len(sentences), "seconds": seconds}
+    return {"sentences": len(sentences), "seconds": seconds, "cpu_seconds": cpu_seconds}
 
 
 def load_peer(name: str, folder: str, all_cores: bool):
@@ -210,11 +211,10 @@ def load_peer(name: str, folder: str, all_cores: bool):
 
 
 def sts_worker(args: argparse.Namespace) -> dict:
-    import torch
-
     from psp_core import load_model
+    from psp_core.inference.pooling import set_threads
 
-    torch.set_num_threads(1)
+    set_threads(1)
     sentences, _ = _common.read_sts_sentences(args.data_dir)
     sentences = sentences[: args.sentences or None]
     model = load_model(args.model)

@@ -1,14 +1,52 @@
 """The torch device a user names (``auto``, ``cpu``, ``cuda``, ``cuda:1``...), checked against
-this machine before any work, with one clear error instead of torch's traceback."""
+this machine before any work, with one clear error instead of torch's traceback.
+
+Inference on the CPU needs no torch (:mod:`psp_core.inference.pooling`): :func:`inference_device`
+answers ``cpu`` and ``auto`` without importing it where it is not installed."""
 
 from __future__ import annotations
 
-import torch
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from psp_core.extras import MissingExtra
+from psp_core.inference.pooling import torch_module
+
+if TYPE_CHECKING:
+    import torch
+
+
+#: what a Linux machine that can run CUDA has: the NVIDIA driver's control node and its /proc
+#: entry, or WSL2's GPU device
+CUDA_DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")
+
+
+def cuda_driver_absent() -> bool:
+    """Whether this machine certainly has no CUDA device, known without importing torch (whose
+    import costs more than embedding a line): a Linux machine without the driver's files.
+    Elsewhere torch is asked."""
+    return sys.platform == "linux" and not any(os.path.exists(p) for p in CUDA_DRIVER_PATHS)
+
+
+def inference_device(name: str | torch.device) -> str:
+    """The device ``embed`` runs on, as a name (``cpu``, ``cuda:0``...): ``cpu`` without
+    importing torch, ``auto`` the CPU where torch is not installed or no CUDA driver is
+    present, any other name checked by :func:`resolve_device` (which needs torch: without it,
+    a :class:`MissingExtra`)."""
+    name = str(name)
+    if name == "cpu" or (name == "auto" and (cuda_driver_absent() or torch_module() is None)):
+        return "cpu"
+    if torch_module() is None:
+        raise MissingExtra(f"device {name!r}", "train")
+    return str(resolve_device(name))
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
     """``auto`` is ``cuda`` where a CUDA device is present, else ``cpu``; any other name must be
     a device this machine has. Raises ``ValueError`` saying what is wrong and what would work."""
+    import torch
+
     if isinstance(name, torch.device):
         name = str(name)
     if name == "auto":

@@ -34,7 +34,8 @@ def add_model_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
         default="auto",
-        help="where the averaging runs: auto (cuda when present), cpu, cuda, cuda:1, ...",
+        help="where the averaging runs: auto (cuda when present; the CPU where torch is not "
+        "installed), cpu, cuda, cuda:1, ...",
     )
     parser.add_argument(
         "--dtype",

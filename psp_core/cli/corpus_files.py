@@ -10,18 +10,27 @@ silently dropped or shifted, since rows are matched to inputs by position.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from psp_core.tokenization.tokenizer import MAX_SENTENCE_CHARS
 
 INPUT_FORMATS = ("text", "jsonl", "parquet")
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 #: the field (JSON Lines) or column (Parquet) that holds the text when none is named
 DEFAULT_TEXT_FIELD = "text"
+#: characters of a record that are embedded; a longer one is cut to them and counted (the
+#: library's own limit: one record never holds much memory; docs/cli.md)
+DEFAULT_MAX_CHARS = MAX_SENTENCE_CHARS
+#: characters a batch of records holds at most (fewer records than asked where they are long),
+#: so that a batch's memory, tokenized, stays bounded whatever the lines' lengths
+BATCH_CHARS = 1 << 23
 
 
 class CorpusError(ValueError):
@@ -49,8 +58,13 @@ class Corpus:
     name: str
     field: str = DEFAULT_TEXT_FIELD
     id_field: str | None = None
+    #: a record's text beyond this many characters is cut (counted in :attr:`truncations`)
+    max_chars: int = DEFAULT_MAX_CHARS
 
     def __post_init__(self) -> None:
+        if self.max_chars < 1:
+            raise CorpusError(f"the character limit must be positive, got {self.max_chars}")
+        self.truncations = Truncations(self.max_chars)
         if self.format not in INPUT_FORMATS:
             raise CorpusError(f"unknown input format {self.format!r}; one of {INPUT_FORMATS}")
         if self.format == "text" and self.id_field is not None:
@@ -67,7 +81,8 @@ class Corpus:
         return sum(1 for _ in self._json_lines())
 
     def batches(self, size: int) -> Iterator[Batch]:
-        """The records in order, ``size`` at a time (the last batch may be shorter)."""
+        """The records in order, ``size`` at a time, or fewer where they reach
+        :data:`BATCH_CHARS` characters (the last batch may be shorter)."""
         if self.format == "parquet":
             yield from self._parquet_batches(size)
             return
@@ -76,13 +91,18 @@ class Corpus:
             return
         texts: list[str] = []
         ids: list | None = None if self.id_field is None else []
+        chars = 0
         for text, record_id in self._json_records():
+            if texts and chars + len(text) > BATCH_CHARS:
+                yield Batch(texts, ids)
+                texts, ids, chars = [], None if ids is None else [], 0
             texts.append(text)
+            chars += len(text)
             if ids is not None:
                 ids.append(record_id)
             if len(texts) == size:
                 yield Batch(texts, ids)
-                texts, ids = [], None if ids is None else []
+                texts, ids, chars = [], None if ids is None else [], 0
         if texts:
             yield Batch(texts, ids)
 
@@ -102,19 +122,51 @@ class Corpus:
 
     def _text_batches(self, size: int) -> Iterator[Batch]:
         texts: list[str] = []
-        for _, lines in read_line_blocks(self.path, self.name):
+        chars = 0
+        blocks = read_line_blocks(
+            self.path, self.name, max_chars=self.max_chars, on_cut=self._cut_at_line
+        )
+        for _, lines in blocks:
+            block_chars = sum(map(len, lines))
+            if chars + block_chars > BATCH_CHARS:  # long lines: batches cut line by line
+                for line in lines:
+                    if texts and chars + len(line) > BATCH_CHARS:
+                        yield Batch(texts, None)
+                        texts, chars = [], 0
+                    texts.append(line)
+                    chars += len(line)
+                    if len(texts) == size:
+                        yield Batch(texts, None)
+                        texts, chars = [], 0
+                continue
             texts += lines
+            chars += block_chars
             while len(texts) >= size:
                 yield Batch(texts[:size], None)
                 del texts[:size]
+                chars = sum(map(len, texts))
         if texts:
             yield Batch(texts, None)
+
+    def _cut_at_line(self, number: int) -> None:
+        self.truncations.add(f"{self.name}:{number}")
 
     # JSON Lines ---------------------------------------------------------------------------------
 
     def _json_lines(self) -> Iterator[tuple[int, str]]:
-        """Non-blank lines: a blank line is not a record (editors leave them at the end)."""
-        for number, text in read_lines(self.path, self.name):
+        """Non-blank lines: a blank line is not a record (editors leave them at the end). A line
+        too long to hold a text of ``max_chars`` characters and its other fields is refused
+        (a cut line is no longer JSON), never held whole."""
+        limit = json_line_chars(self.max_chars)
+
+        def refuse(number: int) -> None:
+            raise CorpusError(
+                f"{self.name}:{number}: a JSON Lines line longer than {limit:,} characters, "
+                f"more than a text of --max-chars {self.max_chars:,} needs; raise --max-chars "
+                "to read it"
+            )
+
+        for number, text in read_lines(self.path, self.name, max_chars=limit, on_cut=refuse):
             if text.strip():
                 yield number, text
 
@@ -143,6 +195,9 @@ class Corpus:
                 f'{self.name}:{number}: field "{self.field}" is {_json_type(text)}, expected a '
                 "string"
             )
+        if len(text) > self.max_chars:
+            self._cut_at_line(number)
+            return text[: self.max_chars]
         return text
 
     def _id_of(self, record: dict, number: int):
@@ -185,8 +240,26 @@ class Corpus:
                 row = first_row + int(np.flatnonzero(texts.is_null().to_numpy(False))[0])
                 raise CorpusError(f'{self.name}: row {row} of column "{self.field}" is null')
             ids = record_batch.column(1) if self.id_field else None  # keeps its Arrow type
-            yield Batch(texts.to_pylist(), ids)
+            yield Batch(self._cut_column(texts, first_row), ids)
             first_row += len(record_batch)
+
+    def _cut_column(self, texts: pa.Array, first_row: int) -> list[str]:
+        """The column's strings, those over ``max_chars`` characters cut and counted."""
+        lengths = pc.utf8_length(texts)
+        longer = pc.greater(lengths, self.max_chars)
+        count = pc.sum(longer).as_py() or 0
+        if count:
+            row = first_row + int(np.flatnonzero(longer.to_numpy(False))[0])
+            self.truncations.add(f"{self.name}: row {row}", count)
+            texts = pc.utf8_slice_codeunits(texts, 0, self.max_chars)
+        return texts.to_pylist()
+
+
+def json_line_chars(max_chars: int) -> int:
+    """The longest JSON Lines line read for texts of ``max_chars`` characters: room for the
+    text written with JSON's longest escapes (12 characters, a surrogate pair's two ``\\uXXXX``)
+    and 64 Ki characters of other fields."""
+    return 12 * max_chars + (1 << 16)
 
 
 def _json_type(value) -> str:
@@ -199,6 +272,32 @@ def _json_type(value) -> str:
 
 #: bytes read at a time: lines are decoded and split a block at a time, not one by one
 LINE_BLOCK_BYTES = 1 << 20
+#: the most bytes a line of ``max_chars`` characters can take in UTF-8
+_BYTES_PER_CHAR = 4
+
+
+@dataclass
+class Truncations:
+    """Records cut to ``max_chars`` characters: how many, and where the first one is."""
+
+    max_chars: int
+    count: int = 0
+    first: str | None = None
+
+    def add(self, where: str, count: int = 1) -> None:
+        if self.first is None:
+            self.first = where
+        self.count += count
+
+    def summary(self) -> str:
+        """``""`` when nothing was cut, else a sentence for the command's summary line."""
+        if not self.count:
+            return ""
+        records = "record was" if self.count == 1 else "records were"
+        return (
+            f"{self.count:,} {records} longer than {self.max_chars:,} characters and cut to "
+            f"them (--max-chars; the first at {self.first})"
+        )
 
 
 def count_lines(path: Path) -> int:
@@ -212,25 +311,91 @@ def count_lines(path: Path) -> int:
 
 
 def read_line_blocks(
-    path: Path, name: str | None = None, block_bytes: int = LINE_BLOCK_BYTES
+    path: Path,
+    name: str | None = None,
+    block_bytes: int = LINE_BLOCK_BYTES,
+    max_chars: int | None = None,
+    on_cut: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     """Yield ``(number of the first line, lines)`` a block of about ``block_bytes`` at a time,
     each line without its newline (``\\n``, and any ``\\r`` before it); invalid UTF-8 is a
-    CorpusError naming ``name`` (default: the path) and the line."""
-    number, pending = 1, []  # pending: the pieces of a line not ended yet
+    CorpusError naming ``name`` (default: the path) and the line.
+
+    With ``max_chars``, a longer line is cut to its first ``max_chars`` characters and
+    ``on_cut(line number)`` is called: of a line longer than a block, no more than about
+    ``4 * max_chars`` bytes are ever held (the rest is read past, neither kept nor decoded), so
+    memory stays bounded however long the line."""
+    where = name or path
+    # (and a few bytes more: a line of exactly ``max_chars`` characters and its ``\r`` is whole)
+    limit = None if max_chars is None else _BYTES_PER_CHAR * max_chars + 8
+    number, pending = 1, _Pending(limit)  # the pieces of a line not ended yet
     with open(path, "rb") as handle:
         while block := handle.read(block_bytes):
             end = block.rfind(b"\n")
             if end < 0:
-                pending.append(block)
+                pending.hold(block)
                 continue
-            whole = b"".join([*pending, block[:end]])
-            pending = [block[end + 1 :]]
-            lines = _decoded_lines(whole, number, name or path)
-            yield number, lines
+            if pending.overflowed:  # its first line, too long to hold, is cut apart
+                first = block.find(b"\n")
+                pending.hold(block[:first])
+                lines = [pending.cut_line(number, where)]
+                if first < end:
+                    lines += _decoded_lines(block[first + 1 : end], number + 1, where)
+            else:
+                lines = _decoded_lines(pending.joined(block[:end]), number, where)
+            pending = _Pending(limit, block[end + 1 :])
+            yield number, _cut_lines(lines, number, max_chars, on_cut)
             number += len(lines)
-    if rest := b"".join(pending):
-        yield number, _decoded_lines(rest, number, name or path)
+    if pending.overflowed:
+        yield number, _cut_lines([pending.cut_line(number, where)], number, max_chars, on_cut)
+    elif rest := pending.joined(b""):
+        yield number, _cut_lines(_decoded_lines(rest, number, where), number, max_chars, on_cut)
+
+
+class _Pending:
+    """The start of a line not ended yet, held up to ``limit`` bytes (None: all of it)."""
+
+    def __init__(self, limit: int | None, start: bytes = b"") -> None:
+        self.limit, self.pieces, self.held, self.overflowed = limit, [start], len(start), False
+
+    def hold(self, piece: bytes) -> None:
+        if self.limit is not None and self.held + len(piece) > self.limit:
+            piece = piece[: max(self.limit - self.held, 0)]
+            self.overflowed = True
+        self.pieces.append(piece)
+        self.held += len(piece)
+
+    def joined(self, tail: bytes) -> bytes:
+        return b"".join([*self.pieces, tail])
+
+    def cut_line(self, number: int, where) -> str:
+        """The held start of an overflowed line, decoded up to its last whole character."""
+        kept = self.joined(b"")
+        start = len(kept) - 1
+        while start > 0 and kept[start] & 0xC0 == 0x80:  # a character's continuation bytes
+            start -= 1
+        if start >= 0 and len(kept) - start < _utf8_length(kept[start]):
+            kept = kept[:start]  # its last character, incomplete
+        return _decoded_lines(kept, number, where)[0]
+
+
+def _utf8_length(first_byte: int) -> int:
+    """The bytes of the UTF-8 character that starts with ``first_byte``."""
+    if first_byte < 0x80:
+        return 1
+    return 4 if first_byte >= 0xF0 else 3 if first_byte >= 0xE0 else 2
+
+
+def _cut_lines(lines: list[str], number: int, max_chars: int | None, on_cut) -> list[str]:
+    """``lines`` (the first numbered ``number``), those over ``max_chars`` characters cut."""
+    if max_chars is None or not lines or max(map(len, lines)) <= max_chars:
+        return lines
+    for index, line in enumerate(lines):
+        if len(line) > max_chars:
+            lines[index] = line[:max_chars]
+            if on_cut is not None:
+                on_cut(number + index)
+    return lines
 
 
 def _decoded_lines(block: bytes, number: int, where) -> list[str]:
@@ -246,8 +411,14 @@ def _decoded_lines(block: bytes, number: int, where) -> list[str]:
     return lines
 
 
-def read_lines(path: Path, name: str | None = None) -> Iterator[tuple[int, str]]:
+def read_lines(
+    path: Path,
+    name: str | None = None,
+    max_chars: int | None = None,
+    on_cut: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` without the newline; invalid UTF-8 is a CorpusError naming
-    ``name`` (default: the path) and the line."""
-    for number, lines in read_line_blocks(path, name):
+    ``name`` (default: the path) and the line; ``max_chars`` and ``on_cut`` as
+    :func:`read_line_blocks`."""
+    for number, lines in read_line_blocks(path, name, max_chars=max_chars, on_cut=on_cut):
         yield from enumerate(lines, number)

@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from psp_core.cli.arguments import add_model_runtime_arguments, positive_int
 from psp_core.cli.corpus_files import (
+    DEFAULT_MAX_CHARS,
     DEFAULT_TEXT_FIELD,
     INPUT_FORMATS,
     Corpus,
@@ -66,6 +67,15 @@ def add_embed_parser(commands) -> None:
         help="a JSON field or Parquet column copied beside each vector in a Parquet output "
         "(default: its 0-based row)",
     )
+    embed.add_argument(
+        "--max-chars",
+        type=positive_int,
+        default=DEFAULT_MAX_CHARS,
+        help="characters of a line (a JSON or Parquet text) that are embedded; a longer one is "
+        "cut to them, never held whole, and the summary line counts the cuts. A JSON Lines "
+        f"line too long for such a text is an error naming it (default {DEFAULT_MAX_CHARS:,}, "
+        "past what a model reads: docs/cli.md)",
+    )
     embed.add_argument("--model", required=True, help="model bundle directory")
     embed.add_argument(
         "--output-file",
@@ -98,7 +108,9 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
     def corpus_at(path: Path, name: str) -> Corpus:
         field = args.field or DEFAULT_TEXT_FIELD
-        return Corpus(path, input_format, name, field=field, id_field=args.id_field)
+        return Corpus(
+            path, input_format, name, field=field, id_field=args.id_field, max_chars=args.max_chars
+        )
 
     corpus = None if from_stdin else corpus_at(source, str(source))  # its errors come first
     model = load_model(
@@ -192,6 +204,7 @@ def _embed_corpus(model, corpus: Corpus, output: OutputTarget, dim: int, args) -
                         normalize=args.normalize,
                         dim=args.dim,
                         out=buffers[index % 2][: len(batch.texts)],
+                        max_chars=None,  # the corpus cut them to --max-chars
                     )
                     behind.write(vectors, batch.ids)
                     progress.update(len(batch.texts))
@@ -201,12 +214,13 @@ def _embed_corpus(model, corpus: Corpus, output: OutputTarget, dim: int, args) -
     seconds = time.perf_counter() - started
     log.info(
         "wrote %d x %d embeddings to %s in %.1f s (%.0f sentences/s from the model loaded to "
-        "the output on disk)",
+        "the output on disk)%s",
         count,
         dim,
         output,
         seconds,
         count / max(seconds, 1e-9),
+        f"; {cut}" if (cut := corpus.truncations.summary()) else "",
     )
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from psp_core.cli.errors import CliError, require_file
+from psp_core.extras import require
 from psp_core.files.output_files import (
     check_output_directory,
     check_output_file,
@@ -59,6 +60,7 @@ def add_fetch_eval_data_parser(commands) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
+    require("requests", "evaluate", "psp evaluate")  # (the evaluation package downloads too)
     from psp_core.evaluation import SUITES, evaluate_model
     from psp_core.evaluation.runner import suites_with_data
 
@@ -108,6 +110,7 @@ def _nothing_to_evaluate(eval_dir: Path, suites: list[str]) -> CliError:
 
 
 def cmd_fetch_eval_data(args: argparse.Namespace) -> None:
+    require("requests", "evaluate", "psp fetch-eval-data")
     from psp_core.evaluation.data import DEFAULT_EVAL_SOURCES, EvalSource, prepare_eval_data
 
     sources = dict(DEFAULT_EVAL_SOURCES)

@@ -20,11 +20,31 @@ from psp_core.cli.models import add_models_parser
 from psp_core.cli.score import add_score_parser
 from psp_core.cli.serve import add_serve_parser
 from psp_core.cli.train import add_train_parser
-from psp_core.files.download import DownloadError
+from psp_core.extras import MissingExtra
 from psp_core.files.output_files import OutputError, abandon_stdout
 from psp_core.models.bundle import BundleError
-from psp_core.training import CheckpointWriteError, NonFiniteLossError
-from psp_core.training.training_file import TrainingFileError
+
+#: errors of modules that need an extra (torch, h5py, requests), caught where a command imported
+#: them: a module that was not imported raised none of its errors, and an install that only
+#: embeds does not pay for importing them (module -> its error classes)
+_OPTIONAL_ERRORS = {
+    "psp_core.files.download": ("DownloadError",),
+    "psp_core.training.checkpoint": ("CheckpointWriteError",),
+    "psp_core.training.steps": ("NonFiniteLossError",),
+    "psp_core.training.training_file": ("TrainingFileError",),
+}
+_USER_ERRORS = (CliError, OutputError, BundleError, MissingExtra, OSError, ValueError)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The errors ``main`` prints as one line with exit code 2."""
+    loaded = [
+        getattr(sys.modules[module], name)
+        for module, names in _OPTIONAL_ERRORS.items()
+        if module in sys.modules
+        for name in names
+    ]
+    return (*_USER_ERRORS, *loaded)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +96,7 @@ def _signals_raise():
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # (for a message giving a command)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -95,17 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         name = signal.Signals(stop.signum).name
         print(f"psp: stopped by {name}", file=sys.stderr)
         return 128 + stop.signum
-    except (
-        CliError,
-        OutputError,
-        BundleError,
-        TrainingFileError,
-        NonFiniteLossError,
-        CheckpointWriteError,
-        OSError,
-        DownloadError,
-        ValueError,
-    ) as error:
+    except user_errors() as error:
         print(f"psp: error: {one_line(error)}", file=sys.stderr)
         return 2
     return 0

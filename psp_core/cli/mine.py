@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from psp_core.cli.errors import CliError, require_file
+from psp_core.extras import require
 from psp_core.files.output_files import check_output_file
 from psp_core.inference.model import load_model
 
@@ -38,6 +39,7 @@ def add_mine_parser(commands) -> None:
 
 
 def cmd_mine(args: argparse.Namespace) -> None:
+    require("torch", "train", "psp mine")  # (its nearest-neighbour search runs on torch)
     from psp_core.bitext_mining import mine_files
 
     source = require_file(Path(args.source_file), "source file")

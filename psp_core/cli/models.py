@@ -38,12 +38,17 @@ def add_models_parser(commands) -> None:
     listing = actions.add_parser("list", parents=[where], help="versions, scores, the promoted")
     listing.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     listing.set_defaults(handler=cmd_models_list)
-    promote = actions.add_parser("promote", parents=[where], help="promote a version")
+    promote = actions.add_parser(
+        "promote", parents=[where], help="promote a version (its bundle verified first)"
+    )
     promote.add_argument("version", help="a version id (psp models list)")
     promote.add_argument("--reason", default="promoted by hand (psp models promote)")
     promote.set_defaults(handler=cmd_models_promote)
     rollback = actions.add_parser(
-        "rollback", parents=[where], help="promote again the version promoted before this one"
+        "rollback",
+        parents=[where],
+        help="promote again the version promoted before this one (twice in a row: back to this "
+        "one)",
     )
     rollback.add_argument("--reason", default="rolled back by hand (psp models rollback)")
     rollback.set_defaults(handler=cmd_models_rollback)
@@ -118,8 +123,18 @@ def cmd_models_list(args: argparse.Namespace) -> None:
 
 
 def cmd_models_promote(args: argparse.Namespace) -> None:
+    """Promote a version whose bundle verifies (a damaged one: one line, exit 2, nothing
+    changed); the version already promoted is left as it is, with its rollback target."""
     registry = open_registry(args)
+    current = registry.promoted()
     version = registry.promote(args.version, reason=args.reason)
+    if current is not None and current.id == version.id:
+        previous = registry.previous()
+        target = previous.id if previous is not None else "none"
+        print(
+            f"{version.id} is already the promoted version: nothing changed (rollback target: {target})"
+        )
+        return
     print(f"promoted {version.id}: {version.bundle}")
 
 

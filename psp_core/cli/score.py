@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
-from psp_core.cli.arguments import add_model_runtime_arguments
-from psp_core.cli.corpus_files import read_lines
+from psp_core.cli.arguments import add_model_runtime_arguments, positive_int
+from psp_core.cli.corpus_files import DEFAULT_MAX_CHARS, read_lines
 from psp_core.cli.embed import CHUNK_LINES, checked_dim
 from psp_core.cli.errors import CliError, require_file
 from psp_core.files.output_files import check_output_file, replaced_when_done
@@ -24,14 +24,33 @@ def add_score_parser(commands) -> None:
         default="-",
         help="default (and -): standard output; a device or FIFO is written into",
     )
+    score.add_argument(
+        "--max-chars",
+        type=positive_int,
+        default=DEFAULT_MAX_CHARS,
+        help="characters of a sentence that are embedded (a longer one is scored from them); a "
+        "line longer than two such sentences and a tab is an error naming it, never held whole "
+        f"(default {DEFAULT_MAX_CHARS:,}, past what a model reads: docs/cli.md)",
+    )
     score.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)
     score.add_argument("--threads", type=int, default=1)
     add_model_runtime_arguments(score)
     score.set_defaults(handler=cmd_score)
 
 
-def read_pairs(path: Path) -> Iterator[tuple[str, str]]:
-    for number, text in read_lines(path):
+def read_pairs(path: Path, max_chars: int | None = None) -> Iterator[tuple[str, str]]:
+    """The ``sentence1<TAB>sentence2`` pairs of ``path``; with ``max_chars``, a line longer
+    than two sentences of ``max_chars`` characters and their tab is an error naming it, found
+    without holding the line whole."""
+
+    def too_long(number: int) -> None:
+        raise CliError(
+            f"{path}:{number}: longer than {line_chars:,} characters (two sentences of "
+            f"--max-chars {max_chars:,} and a tab); shorten the line or raise --max-chars"
+        )
+
+    line_chars = None if max_chars is None else 2 * max_chars + 1
+    for number, text in read_lines(path, max_chars=line_chars, on_cut=too_long):
         fields_ = text.split("\t")
         if len(fields_) < 2:
             raise CliError(f"{path}:{number}: no tab; expected sentence1<TAB>sentence2")
@@ -48,9 +67,10 @@ def _chunks(iterator, size):
         yield chunk
 
 
-def _write_scores(handle, model, source: Path, batch_size: int, dim: int | None) -> None:
-    for chunk in _chunks(read_pairs(source), CHUNK_LINES):
-        scores = model.score(chunk, batch_size=batch_size, dim=dim)
+def _write_scores(handle, model, source: Path, args: argparse.Namespace) -> None:
+    for chunk in _chunks(read_pairs(source, args.max_chars), CHUNK_LINES):
+        cut = [(first[: args.max_chars], second[: args.max_chars]) for first, second in chunk]
+        scores = model.score(cut, batch_size=args.batch_size, dim=args.dim)
         handle.writelines(
             f"{first}\t{second}\t{score:.6f}\n"
             for (first, second), score in zip(chunk, scores, strict=True)
@@ -65,4 +85,4 @@ def cmd_score(args: argparse.Namespace) -> None:
     # streamed as it is computed: a file is renamed into place at the end, standard output, a
     # device or a FIFO receive each chunk as it is scored
     with replaced_when_done(output, "w") as handle:
-        _write_scores(handle, model, source, args.batch_size, args.dim)
+        _write_scores(handle, model, source, args)

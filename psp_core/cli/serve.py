@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from psp_core.cli.arguments import port_number, positive_int
+from psp_core.extras import require
 from psp_core.models.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_HELP, storage_root
 from psp_core.serving.limits import Limits
 
@@ -79,7 +80,10 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    # (Starlette and uvicorn are imported for this command only)
+    # (Starlette and uvicorn are imported for this command only; they come with the [serve]
+    # extra: one line naming it, before any check or work)
+    for module in ("starlette", "uvicorn", "orjson"):
+        require(module, "serve", "psp serve")
     from psp_core.serving.server import ServeSettings, check_port_free, serve
 
     # a port another program holds is one line, before any model is loaded or banner printed

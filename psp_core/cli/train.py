@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from dataclasses import MISSING, fields
 from pathlib import Path
 
 from psp_core.cli.errors import CliError, require_file
+from psp_core.extras import require
 from psp_core.files.output_files import check_outputs_apart
 from psp_core.models.bundle import check_bundle_output
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
-from psp_core.training import TrainConfig, train
-from psp_core.training.checkpoint import check_checkpoint_directory
-from psp_core.training.trainer import default_checkpoint_dir
+from psp_core.training.config import TrainConfig
 
 
 def add_train_parser(commands) -> None:
@@ -24,6 +24,13 @@ def add_train_parser(commands) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    # torch, h5py and requests (--dev-sts) come with the [train] extra: one line naming it,
+    # before any check or work
+    for module in ("torch", "h5py", "requests"):
+        require(module, "train", "psp train")
+    from psp_core.training.checkpoint import CheckpointDamagedError, check_checkpoint_directory
+    from psp_core.training.trainer import default_checkpoint_dir
+
     require_file(Path(args.data), "training file")
     require_file(Path(args.spm), "sentencepiece model")
     if args.dev_sts:
@@ -46,7 +53,19 @@ def cmd_train(args: argparse.Namespace) -> None:
         from psp_core.evaluation import StsEvaluator
 
         evaluator = StsEvaluator(Path(args.dev_sts))
-    result = train(
+    try:
+        result = _train(args, config, evaluator)
+    except CheckpointDamagedError as error:
+        restart = shlex.join(["psp", *getattr(args, "argv", ["train", "..."]), "--no-resume"])
+        raise CheckpointDamagedError(error.detail, restart) from None
+    if result.rank == 0:  # under torchrun, only rank 0 reports
+        print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
+
+
+def _train(args: argparse.Namespace, config: TrainConfig, evaluator):
+    from psp_core.training import train
+
+    return train(
         args.data,
         args.spm,
         args.output,
@@ -61,8 +80,6 @@ def cmd_train(args: argparse.Namespace) -> None:
         overwrite=args.overwrite,
         init_from=args.init_from,
     )
-    if result.rank == 0:  # under torchrun, only rank 0 reports
-        print(json.dumps({"bundle": str(result.bundle), "history": result.state.history}, indent=2))
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:

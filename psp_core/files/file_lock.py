@@ -4,7 +4,8 @@ Holders remove the lock file when they release it, so no lock files pile up besi
 waiter that then gets the lock of the removed file opens the path again and locks the new one,
 so two holders never overlap. The kernel drops the lock of a process that dies (``kill -9``).
 Works between processes and between threads (each call opens the file itself); on one machine,
-or on a shared filesystem whose ``flock`` works across machines.
+or on a shared filesystem whose ``flock`` works across machines. With ``wait=False`` a held lock
+raises :class:`LockHeld` at once instead of waiting.
 """
 
 from __future__ import annotations
@@ -16,10 +17,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+class LockHeld(Exception):
+    """Another holder has the lock (from :func:`exclusive_lock` with ``wait=False``)."""
+
+
 @contextmanager
-def exclusive_lock(path: str | Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+def exclusive_lock(
+    path: str | Path, on_wait: Callable[[], None] | None = None, *, wait: bool = True
+) -> Iterator[None]:
     """Hold the lock of ``path`` (created if needed); ``on_wait()`` is called once if another
-    holder makes this call wait."""
+    holder makes this call wait. ``wait=False``: raise :class:`LockHeld` rather than wait."""
     path = Path(path)
     announced = False
     while True:
@@ -27,6 +34,9 @@ def exclusive_lock(path: str | Path, on_wait: Callable[[], None] | None = None) 
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if not wait:
+                handle.close()
+                raise LockHeld(str(path)) from None
             if not announced and on_wait is not None:
                 on_wait()
             announced = True

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from psp_core.devices import resolve_device
+from psp_core.devices import inference_device
 from psp_core.inference.multiprocess_embed import embed_forked, workers_for
+from psp_core.inference.pooling import torch_module, weighted_sums
 from psp_core.inference.prefaulted_arrays import fresh_float32
-from psp_core.inference.word_vectors import (
-    DEFAULT_BUDGET_BYTES,
-    WordVectors,
-    extended_table,
-    weighted_sums,
-)
+from psp_core.inference.word_vectors import DEFAULT_BUDGET_BYTES, WordVectors, extended_table
 from psp_core.models.bundle import BundleConfig, load_bundle, save_bundle
-from psp_core.tokenization.tokenizer import Tokenizer
+from psp_core.tokenization.tokenizer import MAX_SENTENCE_CHARS, Tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 _TOKENIZE_BLOCK = 8192
+
+log = logging.getLogger(__name__)
 
 
 #: the embedding table's types in memory
@@ -34,13 +35,33 @@ TABLE_DTYPES = {"float32": np.float32, "float16": np.float16}
 EMBED_BATCH_SIZE = 256
 
 
+def cut_sentences(sentences: list[str], max_chars: int) -> list[str]:
+    """``sentences``, those longer than ``max_chars`` characters cut to them (a new list, and a
+    warning, only when one is)."""
+    try:
+        if not sentences or max(map(len, sentences)) <= max_chars:
+            return sentences
+    except TypeError:  # not strings: the tokenizer says which
+        return sentences
+    cut = sum(len(text) > max_chars for text in sentences)
+    log.warning(
+        "%d of %d sentences longer than %d characters were embedded from their first %d",
+        cut,
+        len(sentences),
+        max_chars,
+        max_chars,
+    )
+    return [text[:max_chars] if len(text) > max_chars else text for text in sentences]
+
+
 class PSPModel:
     """A trained P-SP model: a tokenizer and an embedding table.
 
     Use :func:`load_model` to read one from a bundle directory. With a tokenizer that keeps a
     word cache, on the CPU, ``embed`` averages each sentence over its words' sums of piece
     vectors (:mod:`psp_core.inference.word_vectors`; ``word_vector_bytes`` bounds the memory of those
-    sums, 0 turns the path off).
+    sums, 0 turns the path off). On the CPU no torch is needed (:mod:`psp_core.inference.pooling`);
+    another ``device`` needs it.
     """
 
     def __init__(
@@ -66,15 +87,18 @@ class PSPModel:
         self.tokenizer = tokenizer
         self.config = config
         self.dtype = dtype
-        self.device = torch.device(device)
+        #: where the averaging runs: ``"cpu"`` or a torch device's name (``"cuda:0"``)
+        self.device = inference_device(device)
         #: processes that share a large input to ``embed`` (psp_core/inference/multiprocess_embed.py)
         self.workers = workers
         itemsize = np.dtype(TABLE_DTYPES[dtype]).itemsize
         capacity = word_vector_bytes // (config.dim * itemsize)
         self._word_vectors: WordVectors | None = None
-        if tokenizer.word_cache is not None and self.device.type == "cpu" and capacity > 0:
-            table = torch.from_numpy(extended_table(embeddings, TABLE_DTYPES[dtype], capacity))
-            self.weight = table[: tokenizer.vocab_size]
+        self._device_weight = None  # the table on another device than the CPU (a torch tensor)
+        if tokenizer.word_cache is not None and self.device == "cpu" and capacity > 0:
+            table = extended_table(embeddings, TABLE_DTYPES[dtype], capacity)
+            #: the embedding table (a numpy array), the rows ``embed`` averages on the CPU
+            self.table = table[: tokenizer.vocab_size]
             self._word_vectors = WordVectors(
                 tokenizer.word_cache,
                 table,
@@ -83,8 +107,20 @@ class PSPModel:
                 max_length=tokenizer.max_length,
             )
         else:
-            table = np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype])
-            self.weight = torch.from_numpy(table).to(self.device)
+            self.table = np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype])
+            if self.device != "cpu":
+                torch = torch_module()
+                self._device_weight = torch.from_numpy(self.table).to(self.device)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The embedding table as a torch tensor on the model's device (on the CPU, a view of
+        :attr:`table`); imports torch, which embedding itself does not need."""
+        if self._device_weight is not None:
+            return self._device_weight
+        import torch
+
+        return torch.from_numpy(self.table)
 
     @property
     def dim(self) -> int:
@@ -102,10 +138,9 @@ class PSPModel:
 
     def save(self, directory: str | Path) -> Path:
         """Write the model as a bundle (always float32: a float16 table is a loading choice)."""
-        table = self.weight.cpu().numpy().astype(np.float32, copy=False)
+        table = self.table.astype(np.float32, copy=False)
         return save_bundle(directory, table, self.tokenizer.model_proto, self.config)
 
-    @torch.inference_mode()
     def embed_ids(
         self, ids: np.ndarray, offsets: np.ndarray, out: np.ndarray | None = None
     ) -> np.ndarray:
@@ -113,7 +148,7 @@ class PSPModel:
         ``[len(offsets) - 1, dim]``; written into ``out`` when given (a C-contiguous float32
         array of that shape). A sentence without ids gives a zero vector.
 
-        On the CPU the mean is :func:`~psp_core.inference.word_vectors.weighted_sums` with each id
+        On the CPU the mean is :func:`~psp_core.inference.pooling.weighted_sums` with each id
         weighted by 1/its sentence's length: faster than ``embedding_bag``'s mean mode
         (benchmarks/RESULTS.md#embed-speed), the same vectors to float32 rounding."""
         count = len(offsets) - 1
@@ -121,16 +156,19 @@ class PSPModel:
             out = np.empty((max(count, 0), self.dim), dtype=np.float32)
         if count <= 0:
             return out
-        if self.device.type != "cpu":
-            ids_tensor = torch.from_numpy(ids).to(self.device, non_blocking=True)
-            starts = torch.from_numpy(offsets[:-1]).to(self.device, non_blocking=True)
-            result = F.embedding_bag(ids_tensor, self.weight, starts, mode="mean")
-            out[:] = result.cpu().numpy()
+        if self.device != "cpu":
+            torch = torch_module()
+            with torch.inference_mode():
+                ids_tensor = torch.from_numpy(ids).to(self.device, non_blocking=True)
+                starts = torch.from_numpy(offsets[:-1]).to(self.device, non_blocking=True)
+                result = torch.nn.functional.embedding_bag(
+                    ids_tensor, self._device_weight, starts, mode="mean"
+                )
+                out[:] = result.cpu().numpy()
             return out
         lengths = np.diff(offsets)
         weights = np.repeat(np.reciprocal(np.maximum(lengths, 1), dtype=np.float32), lengths)
-        out[:] = weighted_sums(self.weight, ids, offsets, weights).numpy()
-        return out
+        return weighted_sums(self.table, ids, offsets, weights, out=out)
 
     def embed(
         self,
@@ -140,6 +178,7 @@ class PSPModel:
         show_progress_bar: bool = False,
         dim: int | None = None,
         out: np.ndarray | None = None,
+        max_chars: int | None = MAX_SENTENCE_CHARS,
     ) -> np.ndarray:
         """Embed sentences; returns float32 ``[n, dim]`` in input order.
 
@@ -155,12 +194,19 @@ class PSPModel:
         one (a caller embedding a stream chunk by chunk reuses one buffer, and skips the first
         touch of fresh memory each chunk); the result is then ``out``, or its first ``dim``
         columns (a view) where ``dim`` is given.
+
+        ``max_chars``: a sentence longer than this is embedded from its first ``max_chars``
+        characters (a warning counts them), so that one huge string never makes the tokenizer
+        take memory in proportion to it; the default is far past the pieces a model reads
+        (its ``max_length``). ``None`` embeds every character.
         """
         if dim is not None and not 1 <= dim <= self.dim:
             raise ValueError(f"dim must be in [1, {self.dim}], got {dim}")
         if isinstance(sentences, str):
             raise TypeError("embed expects a list of sentences, not a single string")
         sentences = sentences if isinstance(sentences, list) else list(sentences)
+        if max_chars is not None:
+            sentences = cut_sentences(sentences, max_chars)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if out is not None and (
@@ -175,7 +221,7 @@ class PSPModel:
             )
         progress = tqdm(total=len(sentences), disable=not show_progress_bar, unit="sent")
         with progress:
-            workers = workers_for(len(sentences), self.workers) if self.device.type == "cpu" else 1
+            workers = workers_for(len(sentences), self.workers) if self.device == "cpu" else 1
             if workers > 1:
                 output = embed_forked(
                     sentences,
@@ -292,7 +338,9 @@ def load_model(
             the memory; vectors are still returned as float32; its speed and STS scores:
             benchmarks/RESULTS.md#float16-compare).
         device: where the table lives and the averaging runs: ``"cpu"``, ``"cuda"``,
-            ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU.
+            ``"cuda:1"``, or ``"auto"`` (cuda when present). Tokenization stays on the CPU. A
+            device other than the CPU needs torch (the ``[train]`` extra); ``"auto"`` is the CPU
+            without it.
         word_cache_size: distinct words whose sentencepiece ids the tokenizer keeps
             (:mod:`psp_core.tokenization.word_piece_cache`: the same ids, faster once words recur; 0 turns it off).
             It is used only while it pays for itself (:mod:`psp_core.tokenization.word_cache_policy`): on one pass
@@ -308,7 +356,7 @@ def load_model(
             share, so small inputs stay in one process). On a first pass over a corpus a process
             per core gains more than ``num_threads`` does (benchmarks/RESULTS.md#embed-corpus).
     """
-    device = resolve_device(device)  # a device this machine lacks fails before the bundle is read
+    device = inference_device(device)  # a device this machine lacks fails before reading
     config, spm_proto, embeddings = load_bundle(path)
     tokenizer = Tokenizer(
         spm_proto,

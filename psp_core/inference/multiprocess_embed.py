@@ -42,8 +42,8 @@ import traceback
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import torch
 
+from psp_core.inference.pooling import set_threads
 from psp_core.inference.prefaulted_arrays import fresh_float32
 
 #: the least sentences worth a process of their own: below this a fork and its copy-on-write
@@ -100,10 +100,9 @@ def embed_forked(
     counters_memory = mmap.mmap(-1, 8 * workers, flags=mmap.MAP_SHARED)
     counters = np.frombuffer(counters_memory, dtype=np.int64)
     children: dict[int, int] = {}  # pid -> worker index
-    previous_threads = torch.get_num_threads()
+    previous_threads = set_threads(1)  # (one core per process)
     try:
         os.ftruncate(rows_file, rest_bytes)
-        torch.set_num_threads(1)  # (one core per process)
         for index in range(1, workers):
             pid = _fork(fork_lock, output)
             if pid == 0:
@@ -137,7 +136,7 @@ def embed_forked(
         if copy_rest and count > first:
             output[first:] = _rows_of_file(rows_file, rest_bytes, 0, count - first, dim)
     finally:
-        torch.set_num_threads(previous_threads)
+        set_threads(previous_threads)
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -271,7 +270,7 @@ def _run_child(
         _die_with_parent()
         if os.getppid() != parent:  # (the parent went before the line above took effect)
             os._exit(1)
-        torch.set_num_threads(1)
+        set_threads(1)
         out = rows()
         span = _whole_pages(out)
         if span is not None:  # (mapped in one call: faster than a fault per page)

@@ -29,9 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
+from psp_core.inference.pooling import weighted_sums
 from psp_core.tokenization.csr import TokenBatch, row_sums
 from psp_core.tokenization.word_piece_cache import WordPieceCache
 
@@ -52,29 +51,13 @@ def extended_table(embeddings: np.ndarray, dtype, capacity: int) -> np.ndarray:
     return table
 
 
-@torch.inference_mode()
-def weighted_sums(
-    table: torch.Tensor, ids: np.ndarray, offsets: np.ndarray, weights: np.ndarray
-) -> torch.Tensor:
-    """Per bag ``ids[offsets[i]:offsets[i + 1]]``, the sum of its rows of ``table``, each times
-    its weight: one ``embedding_bag`` in sum mode (a mean is the sum weighted by 1/length,
-    faster than its mean mode, which makes a second pass to divide)."""
-    return F.embedding_bag(
-        torch.from_numpy(ids),
-        table,
-        torch.from_numpy(offsets[:-1]),
-        mode="sum",
-        per_sample_weights=torch.from_numpy(weights).to(table.dtype),
-    )
-
-
 class WordVectors:
     """Averages sentences word by word over ``table``, an :func:`extended_table`.
 
     Args:
         cache: the tokenizer's word cache (its rows are this class's words).
-        table: the extended table (a torch tensor on the CPU); its first ``vocab_size`` rows are
-            the model's embedding table.
+        table: the extended table (a numpy array); its first ``vocab_size`` rows are the model's
+            embedding table.
         vocab_size: the sentencepiece vocabulary size.
         unk_id: the unknown piece (dropped from every word's sum).
         max_length: the most pieces a sentence may have on this path (0: no limit).
@@ -83,7 +66,7 @@ class WordVectors:
     def __init__(
         self,
         cache: WordPieceCache,
-        table: torch.Tensor,
+        table: np.ndarray,
         *,
         vocab_size: int,
         unk_id: int,
@@ -125,8 +108,13 @@ class WordVectors:
         """Write the sums of ``words``' known pieces into the next extension rows."""
         known = (words.ids != self.unk_id).astype(np.float32)  # unknown pieces weigh nothing
         first = self.vocab_size + 1 + self.used
-        sums = weighted_sums(self.table[: self.vocab_size], words.ids, words.offsets, known)
-        self.table[first : first + len(words)] = sums
+        weighted_sums(
+            self.table[: self.vocab_size],
+            words.ids,
+            words.offsets,
+            known,
+            out=self.table[first : first + len(words)],
+        )
         self.used += len(words)
         return np.arange(first, first + len(words), dtype=np.int64)
 
@@ -150,7 +138,11 @@ class WordVectors:
         for start in range(0, len(texts), batch_size):
             stop = min(start + batch_size, len(texts))
             low, high = offsets[start], offsets[stop]
-            out[start:stop] = weighted_sums(
-                self.table, rows[low:high], offsets[start : stop + 1] - low, weights[low:high]
-            ).numpy()
+            weighted_sums(
+                self.table,
+                rows[low:high],
+                offsets[start : stop + 1] - low,
+                weights[low:high],
+                out=out[start:stop],
+            )
         return np.flatnonzero(redo)

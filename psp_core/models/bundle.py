@@ -207,6 +207,14 @@ def read_config(directory: str | Path) -> BundleConfig:
     return BundleConfig.from_dict(data, path)
 
 
+def verify_bundle(directory: str | Path) -> BundleConfig:
+    """Check a bundle as loading it does (what ``psp info`` reports): the recorded sizes and
+    checksums, the tokenizer and the table against ``config.json``, finite weights; returns its
+    config. Raises :class:`BundleError` naming the file and the problem. The table is read
+    once and dropped, so this costs what a load costs."""
+    return load_bundle(directory)[0]
+
+
 def load_bundle(directory: str | Path) -> tuple[BundleConfig, bytes, np.ndarray]:
     """Read and validate a bundle: returns (config, sentencepiece model bytes, embeddings).
 

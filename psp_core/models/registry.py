@@ -22,6 +22,13 @@ link over ``promoted``: a reader that resolves the link once (:func:`psp_core.mo
 resolves the path it is given before reading a file) loads the old bundle or the new one, never
 a mix. Promotions, rollbacks and pruning take turns on a lock file.
 
+Only a version whose bundle verifies (:func:`psp_core.models.bundle.verify_bundle`, the checks
+``psp info`` makes) is promoted or rolled back to: a damaged one raises :class:`DamagedVersion`
+and leaves the link and the history as they were. Promoting the version already promoted
+changes nothing (its rollback target stays). A rollback promotes the version promoted before
+the current one and records the current one as its own rollback target, so two rollbacks in a
+row come back to where they started (they swap the last two versions, like ``cd -``).
+
 A folder that holds a bundle as ``model/`` from before versions existed is adopted on first use:
 the bundle (and ``exports/``) becomes the first version and is promoted.
 """
@@ -41,6 +48,8 @@ from typing import Any
 from psp_core.files.file_lock import exclusive_lock
 from psp_core.files.output_files import write_text_if_changed
 from psp_core.files.stale_temps import remove_stale_temps
+from psp_core.models.bundle import verify_bundle
+from psp_core.models.bundle_config import BundleError
 
 VERSIONS = "versions"
 PROMOTED = "promoted"
@@ -67,6 +76,14 @@ RETRAIN_MODES = ("full", "incremental")
 
 class RegistryError(ValueError):
     """An unknown version, nothing to roll back to, or a folder that is not a registry."""
+
+
+class DamagedVersion(RegistryError):
+    """A version whose bundle does not verify: it is not promoted (the message says why)."""
+
+
+#: the history's entries that moved the ``promoted`` link
+MOVES = ("promote", "rollback")
 
 
 STORAGE_ENV = "PSP_STORAGE_ROOT"
@@ -225,7 +242,7 @@ class ModelRegistry:
         if current is None:
             return None
         for entry in reversed(self.history()):
-            if entry.get("version") == current.id:
+            if entry.get("version") == current.id and entry.get("action") in MOVES:
                 previous = entry.get("previous")
                 if previous is None:
                     return None
@@ -276,9 +293,30 @@ class ModelRegistry:
     def promote(
         self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None
     ) -> Version:
-        """Make ``version_id`` the promoted version (one rename of a new link) and record it."""
+        """Make ``version_id`` the promoted version (one rename of a new link) and record it;
+        the version already promoted is left as it is, with its rollback target.
+
+        Raises:
+            DamagedVersion: its bundle does not verify (nothing changed).
+        """
         with self._locked():
-            return self._promote(self.version(version_id), "promote", reason, scores)
+            version = self.version(version_id)
+            current = self.promoted()
+            if current is not None and current.id == version.id:
+                return version
+            return self._promote(version, "promote", reason, scores)
+
+    def verify(self, version: Version) -> None:
+        """Raise :class:`DamagedVersion` (one line) unless ``version``'s bundle verifies."""
+        try:
+            verify_bundle(version.bundle)
+        except (BundleError, OSError) as error:
+            current = self.promoted()
+            stays = current.id if current is not None else "none"
+            raise DamagedVersion(
+                f"version {version.id} cannot be promoted, its bundle does not verify: {error} "
+                f"(the promoted version stays {stays})"
+            ) from error
 
     def record_evaluation(self, version_id: str, test_scores: dict[str, float]) -> None:
         """Keep ``version_id``'s test-set scores beside it (``psp models list`` shows them); the
@@ -339,8 +377,16 @@ class ModelRegistry:
             yield
 
     def _promote(
-        self, version: Version, action: str, reason: str, scores: dict[str, Any] | None
+        self,
+        version: Version,
+        action: str,
+        reason: str,
+        scores: dict[str, Any] | None,
+        *,
+        verify: bool = True,
     ) -> Version:
+        if verify:
+            self.verify(version)
         current = self.promoted()
         link = self.root / f".{PROMOTED}.tmp-{os.getpid()}"
         link.unlink(missing_ok=True)
@@ -385,7 +431,10 @@ class ModelRegistry:
             version = self.add_version(
                 manifest.get("fingerprint") or "legacy00", move, created=created
             )
-            self._promote(version, "promote", "adopted the model of an earlier release", None)
+            # (adopted as it is: it was the model in use, and refusing it would serve nothing)
+            self._promote(
+                version, "promote", "adopted the model of an earlier release", None, verify=False
+            )
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -79,13 +79,23 @@ def create_app(models: ModelSet, limits: Limits | None = None, lifespan=None) ->
         return JSONResponse(_model_card(served))
 
     async def health(request: Request) -> Response:
+        """``ok``; ``degraded`` (still 200) when a model serves an older version than the one
+        promoted or its files are gone or damaged on disk, each reason in ``problems``; 503
+        ``unavailable`` only when no model can be served."""
+        served = {name: models.get(name).version for name in models.names()}
+        problems = models.problems()
+        status = "degraded" if problems else "ok"
+        if not served:
+            status = "unavailable"
         return JSONResponse(
             {
-                "status": "ok",
-                "models": {name: models.get(name).version for name in models.names()},
+                "status": status,
+                "models": served,
+                "problems": problems,
                 "swaps": models.swaps,
                 "pid": os.getpid(),  # which process answered (psp serve --workers)
-            }
+            },
+            status_code=503 if not served else 200,
         )
 
     async def http_error(request: Request, error: HTTPException) -> Response:

@@ -2,9 +2,23 @@
 
 Each process builds the same app (:func:`serving_app`): its own copy of the models, watched for
 promotions from the app's start to its end. With ``--workers N`` every worker listens on a
-socket of its own with ``SO_REUSEPORT``, so the kernel spreads new connections over them; a
-worker that dies is replaced, one that dies before it ever served stops the server with its
-error.
+socket of its own with ``SO_REUSEPORT``, so the kernel spreads new connections over them. The
+supervisor (the process ``psp serve`` started) replaces a worker that dies after it served; one
+that fails before it ever served stops the server with that worker's error, as one line (the
+next would fail the same way: no restart loop). SIGTERM or SIGINT to the supervisor stops every
+worker gracefully, then the supervisor ends as the signal asks (``psp`` exits 143 or 130).
+
+A worker ends by itself, within :data:`ORPHAN_GRACE` seconds, when its supervisor is gone,
+whatever killed it (``kill -9`` included): each worker holds the read end of a pipe whose only
+write end is the supervisor's, and a thread waits on it; the kernel closes it when the
+supervisor's process ends, however it ends. The pipe was chosen over Linux's
+``PR_SET_PDEATHSIG``: it works on every system, it follows the supervisor *process* (the death
+signal follows the thread that started the worker), and the worker first stops gracefully
+(requests in flight end) before the deadline ends it for sure, where a death signal is one
+signal with no deadline.
+
+Every process logs with the time, its pid and the level (:data:`LOG_FORMAT`), uvicorn's own
+messages included; each worker logs each model it swaps in.
 
 One process answers requests one Python thread at a time: tokenizing and writing the answer
 hold the GIL, so a second core helps little, where a second worker process serves more
@@ -32,6 +46,15 @@ from psp_core.serving.limits import Limits
 
 log = logging.getLogger(__name__)
 
+#: every line of every server process: when, which process, how bad
+LOG_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+#: seconds a worker whose supervisor is gone gives its requests in flight before it exits
+ORPHAN_GRACE = 3.0
+
+
+class WorkerFailed(ValueError):
+    """A ``--workers`` worker stopped before it ever served: its error, one line."""
+
 
 @dataclass(frozen=True)
 class ServeSettings:
@@ -49,6 +72,8 @@ class ServeSettings:
 def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None = None):
     """The app of one process: its models loaded now, watched for promotions while it serves;
     ``on_serving`` is called once it serves."""
+    from starlette.requests import ClientDisconnect
+
     from psp_core.serving.app import create_app
     from psp_core.serving.models import ModelSet
 
@@ -71,11 +96,33 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
         finally:
             models.stop()
 
-    return create_app(models, limits, lifespan=lifespan)
+    app = create_app(models, limits, lifespan=lifespan)
+    # a client gone before its body arrived: nobody to answer, no traceback to log
+    app.add_exception_handler(ClientDisconnect, _client_gone)
+    return app
+
+
+async def _client_gone(request, error):
+    from starlette.responses import Response
+
+    log.debug("%s %s: the client hung up mid-request", request.method, request.url.path)
+    return Response(status_code=400)  # (never sent: the connection is closed)
+
+
+def log_with_pid(level: int) -> None:
+    """Log every line with :data:`LOG_FORMAT` (the handlers ``psp`` set, or a new one on
+    stderr in a worker process, which starts with none)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
+        return
+    for handler in root.handlers:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
 
 
 def serve(settings: ServeSettings, workers: int = 1) -> None:
     """Serve until SIGINT or SIGTERM (uvicorn's graceful shutdown: requests in flight end)."""
+    log_with_pid(logging.getLogger().getEffectiveLevel())
     if workers > 1:
         _run_workers(settings, workers)
         return
@@ -86,6 +133,7 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
         host=settings.host,
         port=settings.port,
         log_level="warning",
+        log_config=None,  # its messages go through the root logger's format (time, pid, level)
         access_log=False,
     )
 
@@ -93,20 +141,24 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
 def _run_workers(settings: ServeSettings, workers: int) -> None:
     check_port_free(settings.host, settings.port)
     context = multiprocessing.get_context("spawn")
-    stopping = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stopping.set())
-        for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    running = [_Worker.start(context, settings) for _ in range(workers)]
+    stopping, received = threading.Event(), []
+
+    def stop(signum, frame) -> None:
+        received.append(signum)
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    level = logging.getLogger().getEffectiveLevel()
+    running = [_Worker.start(context, settings, level) for _ in range(workers)]
     try:
         while not stopping.wait(0.5):
             for index, worker in enumerate(running):
                 if worker.process.is_alive():
                     continue
                 if not worker.served():  # it never served: the next one would fail the same way
-                    raise RuntimeError(
-                        f"psp serve worker {worker.process.pid} exited "
+                    raise WorkerFailed(
+                        worker.error
+                        or f"psp serve worker {worker.process.pid} exited "
                         f"({worker.process.exitcode}) before it served: see its error above"
                     )
                 log.warning(
@@ -114,7 +166,7 @@ def _run_workers(settings: ServeSettings, workers: int) -> None:
                     worker.process.pid,
                     worker.process.exitcode,
                 )
-                running[index] = _Worker.start(context, settings)
+                running[index] = _Worker.start(context, settings, level)
     finally:
         for worker in running:
             worker.process.terminate()  # uvicorn's graceful shutdown: requests in flight end
@@ -122,44 +174,108 @@ def _run_workers(settings: ServeSettings, workers: int) -> None:
             worker.process.join(30)
             if worker.process.is_alive():
                 worker.process.kill()
+                worker.process.join()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if received:  # ended as the signal asks, by the handler found at the start (psp's: 143)
+        signal.raise_signal(received[0])
 
 
 @dataclass
 class _Worker:
-    """A worker process and the pipe on which it says, once, that it serves."""
+    """A worker process, the pipe on which it says once whether it serves (None) or why it
+    cannot (one line), and the pipe whose end tells it that this supervisor is gone."""
 
     process: Any
     reader: Any
-    ready: bool = False
+    lifeline: Any
+    outcome: tuple | None = None
 
     @classmethod
-    def start(cls, context, settings: ServeSettings) -> _Worker:
+    def start(cls, context, settings: ServeSettings, level: int) -> _Worker:
         reader, writer = context.Pipe(duplex=False)
-        process = context.Process(target=_worker, args=(settings, writer), daemon=True)
+        watched, lifeline = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_worker, args=(settings, writer, watched, level), daemon=True
+        )
         process.start()
-        writer.close()  # the child's copy is the one that writes
-        return cls(process, reader)
+        writer.close()  # the child's copies are the ones it uses: its end closes at its death,
+        watched.close()  # and ours (lifeline, kept open) at ours
+        return cls(process, reader, lifeline)
+
+    def _read(self) -> None:
+        if self.outcome is None and self.reader.poll():
+            try:
+                self.outcome = ("said", self.reader.recv())
+            except EOFError:  # it ended without a word (killed while loading)
+                self.outcome = ("silent", None)
 
     def served(self) -> bool:
-        if not self.ready and self.reader.poll():
-            self.ready = True
-        return self.ready
+        self._read()
+        return self.outcome is not None and self.outcome == ("said", None)
+
+    @property
+    def error(self) -> str | None:
+        self._read()
+        return self.outcome[1] if self.outcome is not None else None
 
 
-def _worker(settings: ServeSettings, ready) -> None:
-    """One worker process: its own socket on the shared port, uvicorn serving the app."""
+def _worker(settings: ServeSettings, ready, supervisor, level: int) -> None:
+    """One worker process: its own socket on the shared port, uvicorn serving the app. What
+    stops it from serving is sent to the supervisor as one line (no traceback for the errors
+    ``psp`` reports as one line)."""
     import uvicorn
 
-    sock = _socket(settings.host, settings.port, reuse_port=True)
-    app = serving_app(settings, on_serving=lambda: ready.send(True))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    from psp_core.models.bundle_config import BundleError
+
+    log_with_pid(level)
+    # Ctrl-C reaches the whole process group: the supervisor alone acts on it, stopping every
+    # worker (uvicorn takes SIGINT back while it serves, to stop gracefully)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_supervisor(supervisor)
+    try:
+        sock = _socket(settings.host, settings.port, reuse_port=True)
+        app = serving_app(settings, on_serving=lambda: ready.send(None))
+    except (BundleError, OSError, ValueError) as error:
+        ready.send(_one_line(error))
+        sys.exit(2)
+    except Exception as error:
+        ready.send(f"worker {os.getpid()}: {type(error).__name__}: {error} (traceback above)")
+        raise
+    config = uvicorn.Config(
+        app, log_level="warning", log_config=None, access_log=False, lifespan="on"
+    )
     # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler found
     # at its start: this one ends the process normally (its multiprocessing semaphores
     # released, not reported leaked by the resource tracker)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _end_with_supervisor(supervisor) -> None:
+    """A thread that waits for the supervisor's end of the pipe to close (the supervisor is
+    gone, however it ended), then stops this worker gracefully, and for sure after
+    :data:`ORPHAN_GRACE` seconds: the kernel's SIGALRM ends the process then (nothing here
+    handles it), even if Python is still busy ending or no thread gets to run."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        try:
+            supervisor.recv()  # the supervisor never writes: this returns at its end
+        except (EOFError, OSError):
+            pass
+        signal.setitimer(signal.ITIMER_REAL, ORPHAN_GRACE)
+        log.warning("the supervisor (pid %s) is gone: this worker stops", parent)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown
+
+    threading.Thread(target=watch, name="psp-supervisor-watch", daemon=True).start()
+
+
+def _one_line(error: BaseException) -> str:
+    """``PATH: reason`` for an OSError of the standard library, else the error's message."""
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return str(error)
 
 
 def _socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:

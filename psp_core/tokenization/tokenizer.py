@@ -23,6 +23,12 @@ from psp_core.tokenization.csr import TokenBatch
 from psp_core.tokenization.word_cache_policy import CachePolicy
 from psp_core.tokenization.word_piece_cache import WordPieceCache, word_independent
 
+#: characters of a sentence that ``embed`` and ``psp embed`` read; a longer one is cut to them.
+#: Far past what a model reads (its ``max_length`` pieces, the paper's 100), and it bounds the
+#: memory sentencepiece takes for one sentence, many bytes per character of its input
+#: (docs/python-api.md)
+MAX_SENTENCE_CHARS = 100_000
+
 log = logging.getLogger(__name__)
 
 PRETOKENIZERS = ("none", "jieba", "rjieba", "rjieba_han")

@@ -12,6 +12,7 @@ from psp_core.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from psp_core.training.checkpoint import (
+        CheckpointDamagedError,
         CheckpointMismatchError,
         CheckpointWriteError,
     )
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from psp_core.training.trainer import TrainResult, train
 
 _EXPORTS = {
+    "CheckpointDamagedError": "psp_core.training.checkpoint",
     "CheckpointMismatchError": "psp_core.training.checkpoint",
     "CheckpointWriteError": "psp_core.training.checkpoint",
     "InitFromMismatchError": "psp_core.training.init_from",
@@ -31,6 +33,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CheckpointDamagedError",
     "CheckpointMismatchError",
     "CheckpointWriteError",
     "InitFromMismatchError",

@@ -3,7 +3,9 @@
 A checkpoint directory holds::
 
     LATEST             the name of the newest complete step directory (replaced atomically)
-    step-000000001234/ one per save; older ones are removed once LATEST points past them
+    step-000000001234/ one per save; the newest two are kept (the one before is the fallback
+                       when the newest is found damaged), older ones are removed once LATEST
+                       points past them
         weights.safetensors     the embedding table
         optimizer.safetensors   optimizer moments and the torch RNG state(s)
         state.json              step, epoch, position in the epoch, the running loss and
@@ -15,13 +17,20 @@ Everything a resumed run needs to continue as if never stopped is there: weights
 state, RNG states, the data position and the step (which fixes the mega-batch size). A
 checkpoint is restored only into a run with the same fingerprint, and a write that fails (a full
 disk, a quota, a file size limit) leaves no temporary files and raises
-:class:`CheckpointWriteError` naming the file.
+:class:`CheckpointWriteError` naming the file. Its files get the umask's modes.
+
+Resuming takes the newest step directory that reads back whole (its ``state.json`` parses, its
+safetensors files load): a damaged one (a truncated copy, a disk that lost a write) or a
+``LATEST`` that names a missing step is a warning naming the file, and the step before it is
+used. When none reads back, :class:`CheckpointDamagedError` says why for each and how to start
+afresh; training never restarts at step 0 on its own while a step is there.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -35,7 +44,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from psp_core.files.output_dirs import replace_directory
+from psp_core.files.output_dirs import current_umask, replace_directory, umask_modes
 from psp_core.files.output_files import check_output_directory, os_error_code
 from psp_core.training.config import TrainConfig
 
@@ -44,6 +53,7 @@ WEIGHTS_FILE = "weights.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 BEST_FILE = "best.safetensors"
 POINTER_FILE = "LATEST"
+_STEP_NAME = re.compile(r"step-[0-9]+-epoch-[0-9]+")
 #: the fingerprint key of the training file's content (see ``trainer.train``)
 DATA_KEY = "data_sha256"
 _ADVICE = {
@@ -53,8 +63,24 @@ _ADVICE = {
 }
 
 
+log = logging.getLogger(__name__)
+
+
 class CheckpointMismatchError(ValueError):
     """A checkpoint exists but was written by a run with different settings or data."""
+
+
+class CheckpointDamagedError(ValueError):
+    """Checkpoints exist, but none of them reads back whole: ``detail`` names each one's file
+    and reason; the message adds how to start afresh."""
+
+    def __init__(self, detail: str, restart: str = "psp train --no-resume") -> None:
+        self.detail = detail
+        super().__init__(f"{detail}; start afresh (which removes them): {restart}")
+
+
+class _DamagedStep(Exception):
+    """One step directory that does not read back: ``str()`` names the file and the reason."""
 
 
 class CheckpointWriteError(OSError):
@@ -168,6 +194,53 @@ def _restore_rng(tensors: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state_all(cuda_states)
 
 
+def _discard(step: Path) -> None:
+    """Remove a step directory, renamed first to a temporary name: a kill part way never leaves
+    part of a step under a step's name."""
+    doomed = step
+    if _STEP_NAME.fullmatch(step.name):
+        doomed = step.with_name(f"{step.name}.tmp-{os.getpid()}")
+        try:
+            os.rename(step, doomed)
+        except OSError:
+            doomed = step
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    """A step's ``state.json``; :class:`_DamagedStep` naming it when it does not parse or
+    lacks a part."""
+    try:
+        payload = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise _DamagedStep(f"{path} is missing") from None
+    except (OSError, ValueError) as error:  # (JSON and UTF-8 errors are ValueErrors)
+        raise _DamagedStep(f"{path}: not readable JSON ({error})") from None
+    parts = ("state", "optimizer", "fingerprint")
+    if not isinstance(payload, dict) or any(not isinstance(payload.get(p), dict) for p in parts):
+        raise _DamagedStep(f"{path}: not a checkpoint state (no {', '.join(parts)})")
+    if not isinstance(payload["state"].get("step"), int):
+        raise _DamagedStep(f"{path}: its state has no step")
+    return payload
+
+
+def _read_tensors(path: Path, shape=None) -> dict[str, torch.Tensor]:
+    """A step's safetensors file; :class:`_DamagedStep` naming it when it does not load (a
+    truncated file), or when its table is not of ``shape``."""
+    try:
+        tensors = load_file(str(path))
+    except FileNotFoundError:
+        raise _DamagedStep(f"{path} is missing") from None
+    except (OSError, SafetensorError) as error:
+        raise _DamagedStep(f"{path}: not a whole safetensors file ({error})") from None
+    if shape is not None:
+        table = tensors.get("embeddings")
+        if table is None or tuple(table.shape) != tuple(shape):
+            found = "no table" if table is None else f"a {tuple(table.shape)} table"
+            raise _DamagedStep(f"{path}: {found}, expected {tuple(shape)}")
+    return tensors
+
+
 def is_checkpoint_directory(directory: str | Path) -> bool:
     """Whether everything in ``directory`` is a checkpoint store's own (``step-*``, ``LATEST``,
     ``best.safetensors`` and their temporaries): the marker that lets training write there and
@@ -198,18 +271,35 @@ class CheckpointStore:
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
+        #: the step directory :meth:`restore` resumed from
+        self.resumed_from: Path | None = None
 
     @property
     def latest(self) -> Path | None:
-        """The newest complete checkpoint, or None."""
-        pointer = self.directory / POINTER_FILE
-        if not pointer.is_file():
-            return None
-        path = self.directory / pointer.read_text().strip()
-        return path if (path / STATE_FILE).is_file() else None
+        """The step directory ``LATEST`` names when it is there whole (its ``state.json``
+        written), or None."""
+        named = self._named_step()
+        return named if named is not None and (named / STATE_FILE).is_file() else None
 
     def exists(self) -> bool:
-        return self.latest is not None
+        """Whether there is anything to resume: a step directory, or a ``LATEST`` naming one
+        (:meth:`restore` says so when it is missing)."""
+        return self._named_step() is not None or bool(self.steps())
+
+    def steps(self) -> list[Path]:
+        """The complete step directories, newest first (a step directory gets its name only
+        once it is whole; the zero-padded names sort as their step and epoch)."""
+        if not self.directory.is_dir():
+            return []
+        found = [p for p in self.directory.iterdir() if _STEP_NAME.fullmatch(p.name)]
+        return sorted(found, key=lambda path: path.name, reverse=True)
+
+    def _named_step(self) -> Path | None:
+        try:
+            name = (self.directory / POINTER_FILE).read_text(errors="replace").strip()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        return self.directory / name
 
     def save(
         self,
@@ -218,7 +308,9 @@ class CheckpointStore:
         state: TrainingState,
         fingerprint: dict[str, Any],
     ) -> None:
-        """Write a checkpoint and point ``LATEST`` at it; the previous one is removed after.
+        """Write a checkpoint and point ``LATEST`` at it; then remove the step directories
+        but this one and the one before it (the last saved or resumed from, so that a damaged
+        newer one goes; else the newest older one): that one is the fallback.
 
         Raises:
             CheckpointWriteError: a file could not be written; the temporary files are removed
@@ -239,14 +331,20 @@ class CheckpointStore:
         payload = {"state": asdict(state), "optimizer": optim_meta, "fingerprint": fingerprint}
         with _writing(final / STATE_FILE, tmp):
             (tmp / STATE_FILE).write_text(json.dumps(payload, indent=1))
+            umask_modes(tmp)  # (safetensors writes its files 0600)
             replace_directory(tmp, final)
         pointer_tmp = self.directory / f"{POINTER_FILE}.tmp-{os.getpid()}"
         with _writing(self.directory / POINTER_FILE, pointer_tmp):
             pointer_tmp.write_text(name + "\n")
             os.replace(pointer_tmp, self.directory / POINTER_FILE)
+        previous, self.resumed_from = self.resumed_from, final
+        if previous is None or previous.name >= final.name:  # no earlier save or resume here
+            older = [p for p in self.steps() if p.name < final.name]
+            previous = older[0] if older else None
+        kept = {final.name} | ({previous.name} if previous is not None else set())
         for other in self.directory.glob("step-*"):
-            if other.name != name:
-                shutil.rmtree(other, ignore_errors=True)
+            if other.name not in kept:
+                _discard(other)
 
     def restore(
         self,
@@ -254,11 +352,43 @@ class CheckpointStore:
         optimizer: torch.optim.Optimizer,
         fingerprint: dict[str, Any],
     ) -> TrainingState:
-        """Load the latest checkpoint into ``weight`` and ``optimizer``; returns the state."""
-        latest = self.latest
-        if latest is None:
+        """Load the newest checkpoint that reads back whole into ``weight`` and ``optimizer``;
+        returns its state. A damaged step, or a ``LATEST`` naming a missing one, is a warning
+        and the step before it is tried.
+
+        Raises:
+            CheckpointMismatchError: the checkpoint was written for other settings or data.
+            CheckpointDamagedError: none of the checkpoints reads back.
+        """
+        named, problems = self._named_step(), []
+        if named is not None and not named.is_dir():
+            problems.append(f"{self.directory / POINTER_FILE} names {named.name}, which is missing")
+            log.warning("%s", problems[-1])
+        for step in self.steps():
+            try:
+                state = self._restore_step(step, weight, optimizer, fingerprint)
+            except _DamagedStep as damaged:
+                problems.append(str(damaged))
+                log.warning(
+                    "checkpoint %s is damaged (%s); trying the step before it", step, damaged
+                )
+                continue
+            if problems:
+                log.warning("resuming from the earlier checkpoint %s", step)
+            self.resumed_from = step
+            return state
+        if not problems:
             raise FileNotFoundError(f"no complete checkpoint in {self.directory}")
-        payload = json.loads((latest / STATE_FILE).read_text())
+        raise CheckpointDamagedError(
+            f"no checkpoint in {self.directory} can be resumed ({'; '.join(problems)})"
+        )
+
+    def _restore_step(
+        self, step: Path, weight: torch.Tensor, optimizer: torch.optim.Optimizer, fingerprint
+    ) -> TrainingState:
+        """Load ``step`` into ``weight`` and ``optimizer``; :class:`_DamagedStep` names the file
+        that does not read back."""
+        payload = _read_state(step / STATE_FILE)
         # a checkpoint of an earlier release lacks the settings added since, at their old value,
         # and may hold settings removed since, at the value that trains as now
         saved = {**TrainConfig.ADDED_LATER, **payload["fingerprint"]}
@@ -267,15 +397,19 @@ class CheckpointStore:
                 saved.pop(name, None)
         if saved != fingerprint:
             raise CheckpointMismatchError(
-                f"cannot resume from checkpoint {latest}: {_mismatch(saved, fingerprint)}; "
+                f"cannot resume from checkpoint {step}: {_mismatch(saved, fingerprint)}; "
                 f"delete {self.directory} or train without resuming (psp train --no-resume)"
             )
-        weights = load_file(str(latest / WEIGHTS_FILE))["embeddings"]
+        weights = _read_tensors(step / WEIGHTS_FILE, weight.shape)["embeddings"]
+        tensors = _read_tensors(step / OPTIMIZER_FILE)
+        try:
+            optimizer.load_state_dict(_optimizer_from_tensors(tensors, payload["optimizer"]))
+            _restore_rng(tensors)
+        except (KeyError, ValueError, RuntimeError, TypeError) as error:
+            message = f"{step / OPTIMIZER_FILE}: does not fit the optimizer ({error})"
+            raise _DamagedStep(message) from None
         with torch.no_grad():
             weight.copy_(weights.to(weight.device))
-        tensors = load_file(str(latest / OPTIMIZER_FILE))
-        optimizer.load_state_dict(_optimizer_from_tensors(tensors, payload["optimizer"]))
-        _restore_rng(tensors)
         known = {f.name for f in fields(TrainingState)}
         return TrainingState(**{k: v for k, v in payload["state"].items() if k in known})
 
@@ -288,14 +422,20 @@ class CheckpointStore:
                 str(tmp),
                 metadata={"epoch": str(epoch), "score": repr(score)},
             )
+            os.chmod(tmp, 0o666 & ~current_umask())  # (safetensors writes its files 0600)
             os.replace(tmp, self.directory / BEST_FILE)
 
     def load_best(self) -> torch.Tensor:
         return load_file(str(self.directory / BEST_FILE))["embeddings"]
 
     def remove(self) -> None:
-        """Remove the checkpoint directory. One that is a symbolic link keeps the link and its
+        """Remove the checkpoint directory, ``LATEST`` first (so that a kill part way leaves
+        whole steps to resume, or nothing). One that is a symbolic link keeps the link and its
         target folder, emptied, so that the next run writes through the link again."""
+        if self.directory.is_dir():
+            (self.directory / POINTER_FILE).unlink(missing_ok=True)
+            for step in self.steps():
+                _discard(step)
         if not self.directory.is_symlink():
             shutil.rmtree(self.directory, ignore_errors=True)
             return

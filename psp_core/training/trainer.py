@@ -11,14 +11,16 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from psp_core.devices import resolve_device
+from psp_core.files.file_lock import LockHeld, exclusive_lock
 from psp_core.files.output_files import check_outputs_apart
+from psp_core.files.output_targets import OutputError, resolve_output
 from psp_core.inference.model import PSPModel
 from psp_core.models.bundle import BundleConfig, check_bundle_output, save_bundle
 from psp_core.models.model_card import CardFacts, model_card
@@ -31,7 +33,12 @@ from psp_core.training.checkpoint import (
 )
 from psp_core.training.config import TrainConfig
 from psp_core.training.data import EpochStream, PairBatch
-from psp_core.training.distributed import DistributedContext, distributed_training, tensor_digest
+from psp_core.training.distributed import (
+    DistributedContext,
+    context_from_environment,
+    distributed_training,
+    tensor_digest,
+)
 from psp_core.training.encoder import MeanEmbeddingEncoder
 from psp_core.training.init_from import INIT_KEY, InitialWeights, load_initial_weights
 from psp_core.training.optim import build_optimizer
@@ -68,6 +75,36 @@ def default_checkpoint_dir(output_dir: str | Path) -> Path:
     """Where :func:`train` keeps checkpoints unless told: ``<output_dir>.checkpoint`` beside it."""
     output_dir = Path(output_dir)
     return output_dir.with_name(output_dir.name + ".checkpoint")
+
+
+def training_lock(path: str | Path) -> Path:
+    """The lock file of an output being trained (``.NAME.lock`` beside it, beside the target
+    of a link: a link and its target are one output)."""
+    target = resolve_output(path).target or Path(path).absolute()
+    return target.with_name(f".{target.name}.lock")
+
+
+@contextmanager
+def training_locks(output_dir: Path, checkpoint_dir: Path) -> Iterator[None]:
+    """Hold the locks of the bundle and of the checkpoint folder while training: a second
+    training onto either stops at once with one line, before touching them, rather than
+    writing checkpoints beside the first's. A lock is an ``flock`` the kernel drops when its
+    holder dies (``kill -9`` leaves no stale lock); under torchrun rank 0 holds them."""
+    if not context_from_environment().is_main:
+        yield
+        return
+    with ExitStack() as held:
+        for path, what in ((output_dir, "output bundle"), (checkpoint_dir, "checkpoint directory")):
+            lock = training_lock(path)
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                held.enter_context(exclusive_lock(lock, wait=False))
+            except LockHeld:
+                raise OutputError(
+                    f"{what} {path} is being written by another training run (it holds the lock "
+                    f"{lock}); wait for it to end, or train into another folder"
+                ) from None
+        yield
 
 
 def default_pretokenizer(lang: str) -> str:
@@ -158,6 +195,7 @@ def train(
     check_checkpoint_directory(checkpoint_dir, overwrite=overwrite, inputs=(*inputs, output_dir))
     store = CheckpointStore(checkpoint_dir)
     with (
+        training_locks(output_dir, checkpoint_dir),
         distributed_training(resolve_device(config.device)) as (distributed, device),
         torch_threads(config.num_threads),
         TrainingFile(data_path) as data,
@@ -288,7 +326,7 @@ class _TrainingRun:
             self.state = self.store.restore(self.model.weight, self.optimizer, self.fingerprint)
             log.info(
                 "resuming from %s at epoch %d step %d",
-                self.store.latest,
+                self.store.resumed_from,
                 self.state.epoch,
                 self.state.step,
             )

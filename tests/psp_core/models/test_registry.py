@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 
 from psp_core.cli import main
 from psp_core.inference.model import load_model
-from psp_core.models.registry import ModelRegistry, RegistryError, retrain_record
+from psp_core.models.registry import DamagedVersion, ModelRegistry, RegistryError, retrain_record
 
 
 @pytest.fixture()
@@ -179,6 +180,53 @@ def test_a_bundle_of_an_earlier_release_is_adopted(tmp_path, model):
     assert ModelRegistry(root).versions() == [version]  # adopted once
 
 
+def damage(bundle) -> None:
+    """Cut the weights file short, as a full disk or an interrupted copy leaves it."""
+    weights = bundle / "embeddings.safetensors"
+    with open(weights, "r+b") as handle:
+        handle.truncate(weights.stat().st_size // 2)
+
+
+def test_a_damaged_version_is_neither_promoted_nor_rolled_back_to(tmp_path, two_models):
+    registry = ModelRegistry(tmp_path / "de")
+    first = registry.add_version("a" * 24, two_models[0])
+    second = registry.add_version("b" * 24, two_models[1])
+    registry.promote(first.id, reason="first")
+    damage(second.bundle)
+    link, history = os.readlink(registry.root / "promoted"), registry.history()
+
+    with pytest.raises(DamagedVersion, match=f"{second.id} cannot be promoted.*truncated"):
+        registry.promote(second.id, reason="by hand")
+    assert os.readlink(registry.root / "promoted") == link and registry.history() == history
+
+    # a rollback target damaged after its promotion ended is refused the same way
+    healthy = registry.add_version("c" * 24, two_models[1])
+    registry.promote(healthy.id, reason="gate passed")
+    damage(first.bundle)
+    history = registry.history()
+    with pytest.raises(DamagedVersion, match=f"{first.id} cannot be promoted"):
+        registry.rollback()
+    assert registry.promoted() == healthy and registry.history() == history
+
+
+def test_re_promoting_keeps_the_rollback_target_and_two_rollbacks_swap_back(tmp_path, two_models):
+    registry = ModelRegistry(tmp_path / "de")
+    first = registry.add_version("a" * 24, two_models[0])
+    second = registry.add_version("b" * 24, two_models[1])
+    registry.promote(first.id, reason="first")
+    registry.promote(second.id, reason="better")
+    entries = len(registry.history())
+
+    assert registry.promote(second.id, reason="again, by hand") == second
+    assert len(registry.history()) == entries  # nothing recorded: nothing changed
+    assert registry.previous() == first
+
+    assert registry.rollback() == first
+    assert registry.rollback() == second  # the second rollback undoes the first
+    assert registry.rollback() == first
+    assert registry.previous() == second
+
+
 # --- psp models ------------------------------------------------------------------------------------
 
 
@@ -215,6 +263,12 @@ def test_psp_models_list_promote_and_rollback(tmp_path, two_models, capsys, monk
     assert main(["models", "list", "fr"]) == 2
     assert "no model versions there" in capsys.readouterr().err
 
+    assert main(["models", "promote", "de", first.id]) == 0
+    assert capsys.readouterr().out == (
+        f"{first.id} is already the promoted version: nothing changed (rollback target: "
+        f"{second.id})\n"
+    )
+
 
 def test_psp_models_list_shows_how_each_version_was_trained(tmp_path, two_models, capsys):
     registry = ModelRegistry(tmp_path / "de")
@@ -246,3 +300,28 @@ def test_psp_models_list_shows_how_each_version_was_trained(tmp_path, two_models
     assert [r["retrain"] for r in rows] == [None, full, continued]
     with pytest.raises(ValueError, match="retrain mode"):
         retrain_record("partial", parent=None, new_pairs=1, replay_pairs=0, reason="")
+
+
+def test_psp_models_promote_of_a_damaged_version_is_one_line_and_changes_nothing(
+    tmp_path, two_models
+):
+    """As a user types it: exit 2, one line on stderr, the link and the history untouched."""
+    registry = ModelRegistry(tmp_path / "de")
+    first = registry.add_version("a" * 24, two_models[0])
+    second = registry.add_version("b" * 24, two_models[1])
+    registry.promote(first.id, reason="first")
+    damage(second.bundle)
+    history = (registry.root / "promotions.jsonl").read_bytes()
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "psp_core.cli", "models", "promote", str(registry.root), second.id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2, completed.stderr
+    [line] = completed.stderr.strip().splitlines()
+    assert line.startswith(f"psp: error: version {second.id} cannot be promoted")
+    assert f"the promoted version stays {first.id}" in line
+    assert registry.promoted() == first
+    assert (registry.root / "promotions.jsonl").read_bytes() == history

@@ -1,0 +1,281 @@
+"""Embedding without torch: the implementations of the sentence means, a corpus seen once, and
+``psp embed`` of one line.
+
+A plain ``pip install`` of the project has no torch (it comes with the ``[train]`` extra), so
+``psp_core.inference.pooling`` sums each sentence's rows with the first of torch, scipy or numpy
+that imports. Three measurements, each path in processes of its own, taking turns round by round
+(``--rounds``, median reported):
+
+* ``pooling``: ``weighted_sums`` alone, each implementation on the same 16,384 sentences of 25
+  ids drawn at random from a 20k vocabulary, a random float32 table of dim 1024, 1 thread,
+  batches of 256 (as ``embed`` calls it); plus numpy's gather with ``np.add.reduceat`` for
+  comparison (not an implementation of the package: far slower);
+* ``cold_corpus``: ``benchmarks/embed_corpus.py``'s default path (a fresh process embeds the
+  distinct corpus once, then again; its vocab-20k dim-1024 bundle), with torch installed, then
+  with torch made unimportable (scipy), then with torch and scipy unimportable (numpy);
+* ``one_line``: the wall time (and CPU time) of ``psp embed`` of one line into an ``.npy`` (the
+  whole command: interpreter start, imports, model loading, writing) with the full install, and with torch and
+  pandas made unimportable as in a plain install (pyarrow imports pandas where it is
+  installed); with ``--light-venv DIR``, also ``DIR/bin/psp`` of a real plain install (``python
+  -m venv DIR && DIR/bin/pip install .``).
+
+A module is made unimportable in the child process only, by a finder placed first on
+``sys.meta_path`` (see ``BLOCKER``): the code under test runs unchanged and meets the same
+``ImportError`` a plain install gives.
+
+Prints one JSON object on stdout; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import _common
+import embed_corpus
+
+log = _common.log
+
+#: python -c BLOCKER MODULES SCRIPT|-m MODULE ARGS...: run a script or a module with the
+#: comma-separated top-level MODULES unimportable
+BLOCKER = """
+import os, runpy, sys
+blocked = set(filter(None, sys.argv[1].split(",")))
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (made unimportable)", name=name)
+sys.meta_path.insert(0, Blocked())
+if sys.argv[2] == "-m":
+    sys.argv = [sys.argv[3], *sys.argv[4:]]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = sys.argv[2:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))  # (as python SCRIPT does)
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+#: the cold-corpus and one-line paths: the modules each makes unimportable
+COLD_PATHS = {"torch": "", "scipy": "torch", "numpy": "torch,scipy"}
+ONE_LINE_PATHS = {"full_install": "", "without_torch_and_pandas": "torch,pandas"}
+GOAL_VS_TORCH = 0.9
+GOAL_ONE_LINE_S = 0.6
+
+
+def blocked_command(blocked: str, *argv: str) -> list[str]:
+    return [sys.executable, "-c", BLOCKER, blocked, *argv]
+
+
+# --- pooling ------------------------------------------------------------------------------------
+
+
+def pooling_worker(args: argparse.Namespace) -> dict:
+    """Time one implementation of ``weighted_sums`` (``args.path``) on the random workload."""
+    import numpy as np
+
+    from psp_core.inference import pooling
+
+    pooling.set_threads(1)
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((args.vocab_size, args.dim), dtype=np.float32)
+    count, length = args.sentences, 25
+    ids = rng.integers(0, args.vocab_size, count * length, dtype=np.int64)
+    offsets = np.arange(0, count * length + 1, length, dtype=np.int64)
+    weights = np.full(len(ids), 1 / length, dtype=np.float32)
+    out = np.empty((count, args.dim), dtype=np.float32)
+    if args.path == "numpy_reduceat":
+        sums = _reduceat_sums
+    else:
+        sums = pooling.IMPLEMENTATIONS[args.path][1]
+    seconds, cpu_seconds = [], []
+    for _ in range(args.passes):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        for start in range(0, count, embed_corpus.BATCH_SIZE):
+            stop = min(start + embed_corpus.BATCH_SIZE, count)
+            low, high = offsets[start], offsets[stop]
+            bag = offsets[start : stop + 1] - low
+            sums(table, ids[low:high], bag, weights[low:high], out[start:stop])
+        seconds.append(time.perf_counter() - started)
+        cpu_seconds.append(time.process_time() - cpu_started)
+    reference = pooling.IMPLEMENTATIONS["numpy"][1]
+    check = np.empty((16, args.dim), dtype=np.float32)
+    reference(table, ids[: 16 * length], offsets[:17], weights[: 16 * length], check)
+    return {
+        "sentences": count,
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "max_abs_difference": float(np.abs(out[:16] - check).max()),
+    }
+
+
+def _reduceat_sums(table, ids, offsets, weights, out) -> None:
+    import numpy as np
+
+    rows = table[ids]
+    rows *= weights[:, None]
+    out[:] = np.add.reduceat(rows, offsets[:-1], axis=0)
+
+
+# --- one line -----------------------------------------------------------------------------------
+
+
+def one_line_seconds(command: list[str], workdir: Path) -> tuple[float, float]:
+    """The wall time of ``command`` and the CPU time (user + system) it used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    completed = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if completed.returncode != 0:
+        raise SystemExit(f"{command} failed:\n{completed.stderr[-3000:]}")
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return seconds, cpu
+
+
+def one_line_commands(args: argparse.Namespace, bundle: Path, workdir: Path) -> dict:
+    (workdir / "one.txt").write_text("A sentence to embed.\n", encoding="utf-8")
+    embed = ["embed", "--sentence-file", "one.txt", "--model", str(bundle)]
+    embed += ["--output-file", "one.npy"]
+    commands = {
+        name: blocked_command(blocked, "-m", "psp_core.cli", *embed)
+        for name, blocked in ONE_LINE_PATHS.items()
+    }
+    if args.light_venv:
+        commands["plain_install_venv"] = [str(Path(args.light_venv) / "bin" / "psp"), *embed]
+    return commands
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def run_json(command: list[str]) -> dict:
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"worker {command[3:]} failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout)
+
+
+def plan(args: argparse.Namespace, corpus: Path, bundle: Path) -> dict[str, list[str]]:
+    """Each measured path's command (a fresh process each time)."""
+    commands = {}
+    pooling_argv = ["--sentences", str(args.sentences), "--dim", str(args.dim)]
+    pooling_argv += ["--vocab-size", str(args.vocab_size)]
+    for path, blocked in {**COLD_PATHS, "numpy_reduceat": ""}.items():
+        argv = [__file__, "--pooling-worker", path, *pooling_argv]
+        commands[f"pooling/{path}"] = blocked_command(blocked, *argv)
+    script = str(Path(embed_corpus.__file__))
+    worker = ["--worker", "default", "--model", str(bundle), "--corpus", str(corpus)]
+    for path, blocked in COLD_PATHS.items():
+        commands[f"cold_corpus/{path}"] = blocked_command(blocked, script, *worker)
+    return commands
+
+
+def summarize(rounds: dict[str, list], one_line: dict[str, list[tuple[float, float]]]) -> dict:
+    summary: dict = {"pooling": {}, "cold_corpus": {}, "one_line_seconds": {}}
+    for name, results in rounds.items():
+        group, path = name.split("/")
+        # (pooling: the second pass, its module imported; a corpus: the first, as a user's)
+        index = -1 if group == "pooling" else 0
+        rates = [r["sentences"] / r["seconds"][index] for r in results]
+        entry = {"per_round": [round(x) for x in rates], "median": round(statistics.median(rates))}
+        # per CPU second of the process: steadier than wall time on a loaded machine
+        cpu_rates = [
+            r["sentences"] / r["cpu_seconds"][index] for r in results if "cpu_seconds" in r
+        ]
+        if cpu_rates:
+            entry["per_cpu_second_median"] = round(statistics.median(cpu_rates))
+        if group == "pooling":
+            entry["max_abs_difference"] = max(r["max_abs_difference"] for r in results)
+        summary[group][path] = entry
+    for name, times in one_line.items():
+        summary["one_line_seconds"][name] = {
+            "per_round": [round(wall, 3) for wall, _ in times],
+            "median": round(statistics.median(wall for wall, _ in times), 3),
+            "cpu_median": round(statistics.median(cpu for _, cpu in times), 3),
+        }
+    goals = {}
+    torch_entry = summary["cold_corpus"].get("torch")
+    for path, entry in summary["cold_corpus"].items():
+        if path == "torch":
+            continue
+        goals[f"cold_corpus_{path}_vs_torch"] = round(entry["median"] / torch_entry["median"], 3)
+        if "per_cpu_second_median" in entry and "per_cpu_second_median" in torch_entry:
+            ratio = entry["per_cpu_second_median"] / torch_entry["per_cpu_second_median"]
+            goals[f"cold_corpus_{path}_vs_torch_per_cpu_second"] = round(ratio, 3)
+    if "cold_corpus_scipy_vs_torch" in goals:
+        goals["cold_corpus_scipy_within_10pct"] = (
+            goals["cold_corpus_scipy_vs_torch"] >= GOAL_VS_TORCH
+        )
+    for name, entry in summary["one_line_seconds"].items():
+        goals[f"one_line_{name}_under_0.6s"] = entry["median"] < GOAL_ONE_LINE_S
+    summary["goals"] = goals
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _common.add_data_arguments(parser)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=16_384, help="of the pooling workload")
+    parser.add_argument("--dim", type=int, default=1024)
+    parser.add_argument("--vocab-size", type=int, default=20_000)
+    parser.add_argument("--light-venv", help="a virtual environment with a plain install")
+    parser.add_argument("--one-line-repeats", type=int, default=5, help="per round")
+    parser.add_argument(
+        "--only", choices=["pooling", "cold_corpus", "one_line"], help="one measurement alone"
+    )
+    _common.add_quick_argument(
+        parser,
+        "one round; pooling on 1,024 sentences of dim 64; embed_corpus's quick corpus and bundle",
+    )
+    parser.add_argument("--pooling-worker", dest="path", help=argparse.SUPPRESS)
+    parser.add_argument("--passes", type=int, default=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.path:
+        _common.emit(pooling_worker(args))
+        return
+    if args.quick:
+        args.rounds, args.sentences, args.dim, args.one_line_repeats = 1, 1024, 64, 1
+    _common.setup_logging()
+    if _common.require_data(args.data_dir, "bitext", "en-de") is None:
+        return
+    corpus, bundle = embed_corpus.corpus_and_bundle(args, 20_000, 1024)
+    commands = plan(args, corpus, bundle)
+    workdir = args.results_dir / "light-install-one-line"
+    workdir.mkdir(parents=True, exist_ok=True)
+    line_commands = one_line_commands(args, bundle, workdir)
+    if args.only:
+        commands = {k: v for k, v in commands.items() if k.startswith(f"{args.only}/")}
+        line_commands = line_commands if args.only == "one_line" else {}
+    machine = _common.machine_info()
+    rounds: dict[str, list] = {name: [] for name in commands}
+    one_line: dict[str, list[tuple[float, float]]] = {name: [] for name in line_commands}
+    for round_index in range(args.rounds):
+        for name, command in commands.items():
+            rounds[name].append(run_json(command))
+            log.info("round %d %s: %s", round_index + 1, name, rounds[name][-1]["seconds"])
+        for _ in range(args.one_line_repeats):
+            for name, command in line_commands.items():
+                one_line[name].append(one_line_seconds(command, workdir))
+        log.info("round %d one line: %s", round_index + 1, one_line)
+    _common.emit(
+        {
+            "benchmark": "light_install",
+            "corpus": str(corpus),
+            "model": str(bundle),
+            "pooling_workload": f"{args.sentences} sentences of 25 ids, vocab {args.vocab_size}, "
+            f"dim {args.dim}, float32, 1 thread, batches of {embed_corpus.BATCH_SIZE}",
+            "machine": machine,
+            "loadavg_at_end": _common.loadavg(),
+            **summarize(rounds, one_line),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Per sentence, the weighted sum of its rows of an embedding table: how ``embed`` averages.
+
+Sentence ``i`` is ``ids[offsets[i]:offsets[i + 1]]`` (CSR rows, see
+:mod:`psp_core.tokenization.csr`) with one weight per id; a mean is the sum weighted by
+1/length. Three implementations give the same sums to float32 rounding, the first installed is
+used (fastest first, benchmarks/RESULTS.md#light-install):
+
+* ``torch``: torch's ``embedding_bag`` in sum mode with per-sample weights (torch comes with
+  the ``[train]`` extra);
+* ``scipy``: scipy's product of a sparse matrix (one row per sentence, its ids as columns, its
+  weights as values) with the table;
+* ``numpy``: per sentence, its weights times its gathered rows (a Python loop over sentences).
+
+A call of fewer than :data:`FEW_SENTENCES` sentences takes the numpy loop unless torch is
+already imported: as fast on so few, and ``psp embed`` of a line does not pay for importing
+torch or scipy (benchmarks/RESULTS.md#light-install).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from types import ModuleType
+
+import numpy as np
+
+
+@functools.cache
+def _optional(module: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def torch_module() -> ModuleType | None:
+    """torch, or ``None`` where it is not installed (an install without the training extra)."""
+    return _optional("torch")
+
+
+def _torch_sums(table, ids, offsets, weights, out) -> None:
+    torch = torch_module()
+    rows = torch.from_numpy(table)
+    with torch.inference_mode():
+        out[:] = torch.nn.functional.embedding_bag(
+            torch.from_numpy(ids),
+            rows,
+            torch.from_numpy(offsets[:-1]),
+            mode="sum",
+            per_sample_weights=torch.from_numpy(weights).to(rows.dtype),
+        ).numpy()
+
+
+def _scipy_sums(table, ids, offsets, weights, out) -> None:
+    sparse = _optional("scipy.sparse")
+    if table.dtype != np.float32:  # (scipy would convert the whole table on every call)
+        table, ids = table[ids].astype(np.float32), np.arange(len(ids), dtype=np.int64)
+    weights = weights.astype(np.float32, copy=False)
+    matrix = sparse.csr_array((weights, ids, offsets), shape=(len(offsets) - 1, len(table)))
+    out[:] = matrix @ table
+
+
+def _numpy_sums(table, ids, offsets, weights, out) -> None:
+    bounds = offsets.tolist()
+    weights = weights.astype(np.float32, copy=False)
+    for i, (low, high) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        if high > low:
+            np.matmul(weights[low:high], table[ids[low:high]], out=out[i])
+        else:
+            out[i] = 0
+
+
+#: below this many sentences in a call, the numpy loop rather than scipy (see above)
+FEW_SENTENCES = 16
+
+#: the implementations, fastest first, each with the module it needs
+IMPLEMENTATIONS = {
+    "torch": ("torch", _torch_sums),
+    "scipy": ("scipy.sparse", _scipy_sums),
+    "numpy": ("numpy", _numpy_sums),
+}
+
+
+def backend() -> str:
+    """The implementation :func:`weighted_sums` uses here: the first whose module imports."""
+    return next(name for name, (module, _) in IMPLEMENTATIONS.items() if _optional(module))
+
+
+def weighted_sums(
+    table: np.ndarray,
+    ids: np.ndarray,
+    offsets: np.ndarray,
+    weights: np.ndarray,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Per bag ``ids[offsets[i]:offsets[i + 1]]`` (``offsets[0] == 0``), the sum of its rows of
+    ``table`` (a numpy array, float32 or float16), each times its weight: float32
+    ``[len(offsets) - 1, dim]``, or written into ``out`` (float32 or the table's type) when
+    given. An empty bag sums to zero."""
+    count = len(offsets) - 1
+    if out is None:
+        out = np.empty((count, table.shape[1]), dtype=np.float32)
+    if count == 0:
+        return out
+    if count < FEW_SENTENCES and "torch" not in sys.modules:
+        _numpy_sums(table, ids, offsets, weights, out)
+    else:
+        IMPLEMENTATIONS[backend()][1](table, ids, offsets, weights, out)
+    return out
+
+
+def set_threads(count: int) -> int:
+    """Let the averaging use ``count`` threads; returns the count before. (scipy's product and
+    the numpy loop run on one thread: nothing to set without torch.)"""
+    torch = torch_module()
+    if torch is None:
+        return 1
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return previous

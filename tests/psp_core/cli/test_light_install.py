@@ -1,0 +1,225 @@
+"""A plain ``pip install`` of the package (no extras: no torch, h5py, Dagster, pandas, requests,
+Starlette...) embeds: ``psp embed``, ``psp score`` and ``psp info`` work in a process where the
+extras' modules cannot be imported, and give the vectors of the full install (torch's sums)
+to float32 rounding; a command that needs an extra says which in one line, exit 2. The slow
+test builds a real virtual environment without them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from psp_core import load_model
+from psp_core.extras import PACKAGE
+from tests.conftest import require_shared_data
+from tests.psp_core.cli_runs import EXTRAS_MODULES, one_error_line, run_psp_without
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1)
+    return np.einsum("ij,ij->i", got, want) / np.where(norms > 0, norms, 1)
+
+
+def test_embed_score_and_info_run_without_the_extras(tmp_path, bundle, inputs) -> None:
+    vectors, scores = tmp_path / "vectors.npy", tmp_path / "scores.tsv"
+    one_line = tmp_path / "one.txt"  # (fewer sentences than pooling.FEW_SENTENCES: numpy)
+    one_line.write_text("a sentence alone\n", encoding="utf-8")
+    commands = [
+        ["embed", "--sentence-file", str(one_line), "--model", str(bundle)]
+        + ["--output-file", str(tmp_path / "one.npy")],
+        ["embed", "--sentence-file", str(inputs["sentences"]), "--model", str(bundle)]
+        + ["--output-file", str(vectors)],
+        ["score", "--sentence-pair-file", str(inputs["pairs"]), "--model", str(bundle)]
+        + ["--output-file", str(scores)],
+        ["info", str(bundle)],
+    ]
+    codes, child = run_psp_without(EXTRAS_MODULES, commands, tmp_path / "codes.json")
+    assert codes == [0, 0, 0, 0], child.stderr
+    assert json.loads(child.stdout)["dim"] == 16
+    # the same vectors and scores as this process's full install (torch's sums)
+    model = load_model(bundle)
+    sentences = inputs["sentences"].read_text(encoding="utf-8").splitlines()
+    want = model.embed(sentences)
+    got = np.load(vectors)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert _cosines(got, want).min() >= 0.9999
+    one = np.load(tmp_path / "one.npy")
+    np.testing.assert_allclose(one, model.embed(["a sentence alone"]), rtol=1e-5, atol=1e-6)
+    pairs = [line.split("\t") for line in inputs["pairs"].read_text().splitlines()]
+    want_scores = model.score([(a, b) for a, b in pairs])
+    got_scores = [float(line.split("\t")[2]) for line in scores.read_text().splitlines()]
+    np.testing.assert_allclose(got_scores, want_scores, atol=2e-6)
+
+
+def test_commands_that_need_an_extra_name_it_in_one_line(tmp_path, bundle, inputs) -> None:
+    commands = [
+        ["train", "--data", "training.h5", "--spm", "spm.model", "--output", str(tmp_path / "m")],
+        ["serve", "--model", f"de={bundle}"],
+        ["mine", "--model", str(bundle), "--source-file", str(inputs["sentences"])]
+        + ["--target-file", str(inputs["sentences"]), "--output-file", str(tmp_path / "m.tsv")],
+        ["evaluate", "--model", str(bundle), "--eval-dir", str(inputs["eval"])]
+        + ["--output-json", str(tmp_path / "e.json")],
+        ["embed", "--sentence-file", str(inputs["sentences"]), "--model", str(bundle)]
+        + ["--output-file", str(tmp_path / "v.npy"), "--device", "cuda"],
+    ]
+    codes, child = run_psp_without(EXTRAS_MODULES, commands, tmp_path / "codes.json")
+    assert codes == [2] * len(commands), child.stderr
+    assert "Traceback" not in child.stderr, child.stderr
+    errors = [line for line in child.stderr.splitlines() if line.startswith("psp: error:")]
+    assert len(errors) == len(commands), child.stderr
+    for line, (what, extra) in zip(
+        errors,
+        [
+            ("psp train", "train"),
+            ("psp serve", "serve"),
+            ("psp mine", "train"),
+            ("psp evaluate", "evaluate"),
+            ("device 'cuda'", "train"),
+        ],
+        strict=True,
+    ):
+        one_error_line(
+            line, what, f"needs the [{extra}] extra", f"pip install '{PACKAGE}[{extra}]'"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "codes.json", "eval", "inputs"]
+
+
+def test_the_extras_named_in_errors_exist_in_pyproject() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == PACKAGE
+    extras = project["optional-dependencies"]
+    assert {"train", "evaluate", "pipeline", "serve", "all"} <= set(extras)
+    base = " ".join(project["dependencies"])
+    for heavy in ("torch", "h5py", "dagster", "pandas", "starlette", "uvicorn"):
+        assert heavy not in base, f"{heavy} is a base dependency"
+    assert any(r.startswith("torch==") for r in extras["train"])
+
+
+def _base_distributions() -> set[str]:
+    """The distributions a plain install brings: pyproject.toml's dependencies and theirs (those
+    without an environment marker), as installed here."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    todo = list(project["dependencies"])
+    found: set[str] = set()
+    while todo:
+        requirement = todo.pop()
+        name = re.match(r"[A-Za-z0-9._-]+", requirement).group().lower()
+        if ";" in requirement or name in found:
+            continue
+        found.add(name)
+        todo.extend(metadata.requires(name) or [])
+    return found
+
+
+def _link_distributions(names: set[str], folder: Path) -> None:
+    """Links in ``folder`` to the files of the installed distributions ``names`` (top-level
+    packages, their libraries and metadata): the same versions as here, without the network."""
+    folder.mkdir()
+    for name in names:
+        distribution = metadata.distribution(name)
+        for top in {Path(str(file)).parts[0] for file in distribution.files or []}:
+            source = Path(distribution.locate_file(top))
+            if top != ".." and source.exists() and not (folder / top).exists():
+                (folder / top).symlink_to(source)
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
+    tmp_path, real_en_de_bundles
+) -> None:
+    """``python -m venv`` (no system packages), the base dependencies at the versions installed
+    here (linked, not downloaded), the project installed by pip without extras (pip fetches its
+    build backend only; skipped where it cannot): torch cannot
+    be imported there, and ``psp embed`` of the shared STS sentences gives this install's
+    vectors (cosine >= 0.9999), with no torch in ``sys.modules`` after ``load_model`` and
+    ``embed`` from Python."""
+    sts = require_shared_data("eval", "sts", "2012")
+    _, trained = real_en_de_bundles
+    sentences = [
+        side
+        for path in sorted(sts.glob("*.tsv"))
+        for line in path.read_text(encoding="utf-8").splitlines()[:300]
+        for side in line.split("\t")[1:3]
+    ]
+    (tmp_path / "sts.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    _link_distributions(_base_distributions(), tmp_path / "base")
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "base-dependencies.pth").write_text(str(tmp_path / "base") + "\n")
+    source = tmp_path / "source"  # (pip builds in the source tree: a copy, not the checkout)
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("psp_core", "ops", "assets", "pipelines"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        )
+
+    # (no dependency fetched: only the build backend, from the indexes pip is configured with)
+    pip = run(str(venv / "bin" / "pip"), "install", "--no-deps", str(source))
+    if pip.returncode != 0 and "No matching distribution found for setuptools" in pip.stderr:
+        pytest.skip("pip cannot reach the build backend (setuptools) from here")
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    assert run(str(venv / "bin" / "python"), "-c", "import torch").returncode != 0
+    embed = run(str(venv / "bin" / "psp"), "embed", "--sentence-file", "sts.txt", "--model",
+                str(trained), "--output-file", "light.npy")  # fmt: skip
+    assert embed.returncode == 0, embed.stderr[-3000:]
+    check = (
+        "import sys, numpy; from psp_core import load_model; "
+        f"v = load_model({str(trained)!r}).embed(open('sts.txt').read().splitlines()); "
+        "numpy.save('api.npy', v); print(sorted(m for m in sys.modules if m == 'torch'))"
+    )
+    api = run(str(venv / "bin" / "python"), "-c", check)
+    assert api.returncode == 0 and api.stdout.strip() == "[]", api.stdout + api.stderr[-3000:]
+    want = load_model(trained).embed(sentences)  # this install: torch's sums
+    for name in ("light.npy", "api.npy"):
+        got = np.load(tmp_path / name)
+        assert got.shape == want.shape
+        assert _cosines(got, want).min() >= 0.9999, name
+
+
+@pytest.mark.skipif(
+    not __import__("psp_core.devices").devices.cuda_driver_absent(),
+    reason="a CUDA driver is present here: --device auto asks torch",
+)
+def test_a_line_embedded_with_torch_installed_does_not_import_it(tmp_path, bundle) -> None:
+    """Where torch is installed but no CUDA driver is, ``psp embed`` of one line on ``auto``
+    imports neither torch nor scipy (their imports cost more than the work) and gives the
+    vector torch's sums give."""
+    one_line = tmp_path / "one.txt"
+    one_line.write_text("a sentence alone\n", encoding="utf-8")
+    output = tmp_path / "one.npy"
+    script = (
+        "import sys; from psp_core.cli.main import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in ('torch', 'scipy') if m in sys.modules))"
+    )
+    command = ["embed", "--sentence-file", str(one_line), "--model", str(bundle)]
+    command += ["--output-file", str(output)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.run(
+        [sys.executable, "-c", script, *command], capture_output=True, text=True, env=env
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip().splitlines()[-1] == "[]"
+    want = load_model(bundle).embed(["a sentence alone"])
+    np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-6)
