@@ -60,6 +60,16 @@ class SentencepieceConfig(StageConfig):
     )
 
 
+class RetrainConfig(StageConfig):
+    retrain: str | None = null_default(
+        "auto",
+        "How the next model version is trained: auto (incremental when a promoted version "
+        "exists and its vocabulary still fits, else full, and the run log says why), full "
+        "(from scratch on every pair, a new vocabulary) or incremental (from the promoted "
+        "version's weights and vocabulary, on the pairs it never saw and a replay sample).",
+    )
+
+
 class MultiPairsConfig(StageConfig):
     sampling_alpha: float | None = Field(
         default=None,

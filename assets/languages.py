@@ -36,7 +36,7 @@ REGISTRY_ENV = "PSP_LANGUAGES"
 SOURCES = ("opus", "paranmt", "local")
 KINDS = ("bitext", "paraphrase")
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(_[a-z0-9]+)?$")
-_SETTINGS_TABLES = ("filters", "sentencepiece", "training", "promotion")
+_SETTINGS_TABLES = ("filters", "sentencepiece", "training", "promotion", "retrain")
 _LANGUAGE_KEYS = {
     "source",
     "kind",
@@ -47,6 +47,7 @@ _LANGUAGE_KEYS = {
     "sentencepiece",
     "training",
     "promotion",
+    "retrain",
 }
 
 
@@ -135,6 +136,23 @@ class PromotionSettings:
 
 
 @dataclass(frozen=True)
+class RetrainSettings:
+    """How the pipeline retrains a language's model (:mod:`assets.retrain_plan`): with
+    ``retrain: auto``, a full retrain after ``full_every`` incremental versions in a row; an
+    incremental retrain replays seen pairs so that they make ``replay_share`` of its training
+    pairs. The defaults are provisional (docs/lifecycle.md, "Incremental retraining")."""
+
+    full_every: int = 4
+    replay_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.full_every < 1:
+            raise ValueError(f"full_every must be >= 1, got {self.full_every}")
+        if not 0.0 <= self.replay_share < 1.0:
+            raise ValueError(f"replay_share must be in [0, 1), got {self.replay_share}")
+
+
+@dataclass(frozen=True)
 class LanguageSpec:
     """Everything the pipeline needs to know about one language partition."""
 
@@ -148,6 +166,7 @@ class LanguageSpec:
     sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
     training: Mapping[str, Any] = field(default_factory=dict)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
+    retrain: RetrainSettings = field(default_factory=RetrainSettings)
 
     def train_config(self, **overrides: Any) -> TrainConfig:
         """The :class:`psp_core.TrainConfig` for this language, with per-run ``overrides``."""
@@ -177,6 +196,7 @@ _MULTI_KEYS = {
     "sentencepiece",
     "training",
     "promotion",
+    "retrain",
 }
 
 
@@ -194,6 +214,7 @@ class MultiSpec:
     sentencepiece: SentencepieceSettings = field(default_factory=SentencepieceSettings)
     training: Mapping[str, Any] = field(default_factory=dict)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
+    retrain: RetrainSettings = field(default_factory=RetrainSettings)
 
     def as_language(self) -> LanguageSpec:
         """A :class:`LanguageSpec` for the stages the multilingual model shares with the
@@ -206,6 +227,7 @@ class MultiSpec:
             sentencepiece=self.sentencepiece,
             training=self.training,
             promotion=self.promotion,
+            retrain=self.retrain,
         )
 
 
@@ -348,6 +370,11 @@ def _language(code: str, table: Any, defaults: Mapping, path: Path) -> LanguageS
             {**defaults.get("promotion", {}), **own["promotion"]},
             f"{path} [languages.{code}.promotion]",
         ),
+        retrain=_settings(
+            RetrainSettings,
+            {**defaults.get("retrain", {}), **own["retrain"]},
+            f"{path} [languages.{code}.retrain]",
+        ),
     )
 
 
@@ -364,6 +391,7 @@ def _defaults(data: Mapping[str, Any], path: Path) -> dict[str, Mapping[str, Any
         ("filters", FilterSettings),
         ("sentencepiece", SentencepieceSettings),
         ("promotion", PromotionSettings),
+        ("retrain", RetrainSettings),
     ):
         _settings(cls, tables.get(name, {}), f"{path} [defaults.{name}]")
     train_fields = {f.name for f in fields(TrainConfig)}
@@ -452,8 +480,13 @@ def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) ->
         {**defaults.get("promotion", {}), **_table(table.get("promotion", {}), where)},
         f"{where}.promotion",
     )
+    retrain = _settings(
+        RetrainSettings,
+        {**defaults.get("retrain", {}), **_table(table.get("retrain", {}), where)},
+        f"{where}.retrain",
+    )
     return MultiSpec(
-        tuple(languages), float(alpha), pretokenizer, sentencepiece, training, promotion
+        tuple(languages), float(alpha), pretokenizer, sentencepiece, training, promotion, retrain
     )
 
 

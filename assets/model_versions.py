@@ -170,17 +170,19 @@ def gate_metadata(
     return metadata
 
 
-def full_retrain(promoted: Version | None, n_pairs: int) -> dict:
+def full_retrain(promoted: Version | None, n_pairs: int, *, why: str | None = None) -> dict:
     """The ``retrain`` entry of a version trained from scratch on the ``n_pairs`` pairs of its
-    training file: no parent (its weights continue no version's), every pair new to it. The
+    training file: no parent (its weights continue no version's), every pair new to it. ``why``
+    a full retrain rather than an incremental one (the retrain plan's reason), if said; the
     version promoted when it was trained, if any, is named in the reason: the one the gate
     compares it with."""
     if promoted is None:
         reason = "no promoted version: trained from scratch"
     else:
+        why = why or "the pipeline's retrain"
         reason = (
-            f"trained from scratch on every pair (the pipeline's retrain); the promoted "
-            f"version {promoted.id} is what the gate compares it with"
+            f"trained from scratch on every pair ({why}); the promoted version {promoted.id} "
+            "is what the gate compares it with"
         )
     return retrain_record("full", parent=None, new_pairs=n_pairs, replay_pairs=0, reason=reason)
 

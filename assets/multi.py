@@ -5,7 +5,8 @@ temperature sampling (:mod:`ops.multi_pairs`).
 
 The assets are unpartitioned and stored under the code ``multi``; past the pairs they run the
 per-language stages' own code (vocabulary, packing, training, evaluation) with the ``[multi]``
-settings, so the multilingual model is trained and evaluated exactly as a language's model is.
+settings, so the multilingual model is trained and evaluated exactly as a language's model is,
+and retrained incrementally as one is (``multi_retrain_plan``, :mod:`assets.retrain_plan`).
 ``make run PARTITION=multi`` prepares the languages' pairs first (``scripts/run_multi.py``).
 """
 
@@ -23,6 +24,7 @@ from assets import (
     deduplicated_pairs,
     model_evaluation,
     psp_model,
+    retrain_plan,
     sentencepiece_model,
     training_data,
 )
@@ -31,6 +33,7 @@ from assets.config import (
     EvaluationConfig,
     MultiPairsConfig,
     MultiTrainingConfig,
+    RetrainConfig,
     SentencepieceConfig,
     TrainingDataConfig,
 )
@@ -177,13 +180,29 @@ multi_pairs = stage_asset(
     report=pairs_report,
 )
 
+multi_retrain_plan = stage_asset(
+    name="multi_retrain_plan",
+    description="Decide how the next multilingual version is trained (incremental from the "
+    "promoted version, or full) and why; select an incremental retrain's new and replayed pairs.",
+    code_version=retrain_plan.CODE_VERSION,
+    config=RetrainConfig,
+    upstream=["multi_pairs"],
+    kinds={"parquet"},
+    stage="retrain_plan",
+    spec=multi_language,
+    partitions_def=None,
+    group=MULTI_GROUP,
+    plan=retrain_plan.plan,
+    report=retrain_plan.report,
+)
+
 multi_sentencepiece_model = stage_asset(
     name="multi_sentencepiece_model",
     description="""One vocabulary for every script (default 50,000, the paper's), trained on a sample of
     the temperature-sampled pairs.""",
     code_version=sentencepiece_model.CODE_VERSION,
     config=SentencepieceConfig,
-    upstream=["multi_pairs"],
+    upstream=["multi_pairs", "multi_retrain_plan"],
     kinds={"sentencepiece"},
     resources=("compute", "profile"),
     stage="sentencepiece_model",
@@ -219,7 +238,7 @@ multi_training_data = stage_asset(
     description="Shuffle, encode and pack the pairs, each with its language (its mining group).",
     code_version=training_data.CODE_VERSION,
     config=TrainingDataConfig,
-    upstream=["multi_pairs", "multi_sentencepiece_model"],
+    upstream=["multi_pairs", "multi_retrain_plan", "multi_sentencepiece_model"],
     kinds={"hdf5"},
     resources=("compute",),
     checks=[
@@ -244,7 +263,7 @@ multi_psp_model = stage_asset(
     language (each pair by its kind's rule).""",
     code_version="1",
     config=MultiTrainingConfig,
-    upstream=["multi_sentencepiece_model", "multi_training_data"],
+    upstream=["multi_retrain_plan", "multi_sentencepiece_model", "multi_training_data"],
     kinds={"pytorch"},
     resources=("compute", "eval_data", "profile"),
     checks=[

@@ -1,5 +1,6 @@
 """psp_model: the trained model bundle (the paper's training, psp_core.train), with checks that
-the bundle's vocabulary matches its sentencepiece model and that every weight is finite."""
+the bundle's vocabulary matches its sentencepiece model and that every weight is finite. An
+incremental retrain (:mod:`assets.retrain_plan`) starts from its parent version's weights."""
 
 import json
 import shutil
@@ -31,16 +32,19 @@ from assets.orphan_guard import stop_when_orphaned
 from assets.plots import LossCurve, chart_markdown
 from assets.records import ModelRecord, read_record
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
+from assets.retrain_plan import current_plan
 from assets.slots import machine_slot
 from assets.stage import Manifest, Stage, fingerprint
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from ops.pair_lineage import reference_sentences, vocabulary_fit
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
 from psp_core.models.bundle import BundleError, load_bundle
 from psp_core.models.export import FORMATS as EXPORT_FORMATS
-from psp_core.models.registry import VERSIONS, Version
-from psp_core.tokenization.tokenizer import sha256_file
+from psp_core.models.registry import TRAIN_PAIRS, VERSIONS, Version, retrain_record
+from psp_core.tokenization.tokenizer import make_pretokenizer, sha256_file
 from psp_core.training import TrainConfig
+from psp_core.training.init_from import InitFromMismatchError
 
 CODE_VERSION = "2"  # (versions changed where, not what, it trains: same fingerprints)
 VOCAB_CHECK = "model_vocab_matches_sentencepiece"
@@ -158,6 +162,10 @@ class ModelTraining:
     eval_data: EvaluationDataResource
     #: the registry's promoted version when the training started (the gate's comparison)
     promoted_at_start: Version | None = None
+    #: the language's retrain plan (None: a full retrain, the multilingual model's)
+    retrain: Manifest | None = None
+    #: the version an incremental retrain continues
+    parent: Version | None = None
 
     def train_version(self, bundle_path: Path) -> dict:
         """Train into ``bundle_path`` (a new version's folder) and return the version's record,
@@ -184,19 +192,63 @@ class ModelTraining:
             result = self._train(bundle_path, checkpoint, curve)
             window.append(time.time())
         n_pairs = json.loads((result.bundle / "config.json").read_text())["training"]["data"]
-        retrain = full_retrain(self.promoted_at_start, int(n_pairs["n_pairs"]))
+        retrain = self._retrain_record(int(n_pairs["n_pairs"]))
         self.context.log.info("retrain: %s (%s)", retrain["mode"], retrain["reason"])
+        lineage = {
+            "sentencepiece_model": self.spm.fingerprint,
+            "training_data": self.data.fingerprint,
+        }
+        if self.retrain is not None:  # what the next retrain tells new pairs by
+            reference = self._vocabulary_reference()
+            info_extra = {"vocabulary_fit": reference} if reference else {}
+            shutil.copyfile(self.retrain.output("train_keys"), bundle_path.parent / TRAIN_PAIRS)
+            lineage |= {
+                "deduplicated_pairs": self.retrain.record["upstream"],
+                "retrain_plan": self.retrain.fingerprint,
+                "retrain_candidate": self.retrain.record.get("candidate"),
+            }
+        else:
+            info_extra = {}
         return {
+            **info_extra,
             "record": self._record(result, curve, window, time.perf_counter() - started),
             "retrain": retrain,
-            "lineage": {
-                "sentencepiece_model": self.spm.fingerprint,
-                "training_data": self.data.fingerprint,
-            },
+            "lineage": lineage,
             "dev_scores": dev_scores(
                 psp_core.load_model(result.bundle), self.eval_data.path(), self.held_back
             ),
         }
+
+    def _vocabulary_reference(self) -> dict | None:
+        """The vocabulary's fit on held-back pairs of its time (text it never saw): what a
+        later retrain compares new pairs with. An incremental version keeps its parent's
+        vocabulary, and so its parent's reference."""
+        if self.parent is not None and self.parent.info.get("vocabulary_fit"):
+            return self.parent.info["vocabulary_fit"]
+        sentences = reference_sentences(
+            list(self.held_back.values()), make_pretokenizer(self.spec.pretokenizer)
+        )
+        if not sentences:  # (no held-back pairs: a later retrain compares with seen pairs)
+            return None
+        fit = vocabulary_fit(self.spm.output("model"), sentences)
+        return fit.as_dict() | {"pairs": "held_back"}
+
+    def _retrain_record(self, n_pairs: int) -> dict:
+        """The version's ``retrain`` entry: the plan's, for an incremental retrain; for a full
+        one the plan's reason where it chose full over incremental, and the version the gate
+        compares it with."""
+        plan = self.retrain.record if self.retrain is not None else {}
+        if plan.get("mode") == "incremental":
+            return retrain_record(
+                "incremental",
+                parent=plan["parent"],
+                new_pairs=plan["new_pairs"],
+                replay_pairs=plan["replay_pairs"],
+                reason=plan["reason"],
+            )
+        # (a plan reused from a run before the promoted version existed says nothing new)
+        why = plan.get("reason") if plan.get("rule") not in (None, "no_promoted") else None
+        return full_retrain(self.promoted_at_start, n_pairs, why=why)
 
     def _train(self, bundle_path: Path, checkpoint: Path, curve: LossCurve):
         self.context.log.info(
@@ -212,10 +264,13 @@ class ModelTraining:
             checkpoint_dir=checkpoint,
             pretokenizer=self.spec.pretokenizer,
             on_step=curve,
+            init_from=self.parent.bundle if self.parent is not None else None,
         )
         with logs_to_dagster(self.context.log):  # psp_core's resume and progress lines
             try:
                 return training()
+            except InitFromMismatchError as error:  # (the profile's dim changed, say)
+                raise Failure(f"{error}; or run retrain_plan with retrain: full") from error
             except (
                 psp_core.training.CheckpointMismatchError,
                 psp_core.training.CheckpointDamagedError,
@@ -264,6 +319,10 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
     held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), held_back)
     settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)
+    retrain = current_plan(run)
+    parent = None
+    if retrain is not None and retrain.record["mode"] == "incremental":
+        parent = model_registry(storage, spec.code).version(retrain.record["parent"])
     key = {
         "stage": stage.name,
         # this stage's code version also for the multilingual model (whose asset has its own)
@@ -273,6 +332,8 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         "settings": settings | TrainConfig.removed_in_fingerprints(),
         "pretokenizer": spec.pretokenizer,
         "dev": selection,
+        # (a full retrain's key is as it was before incremental retrains existed)
+        **({"init_from": parent.id} if parent is not None else {}),
     }
     job = ModelTraining(
         context,
@@ -289,6 +350,8 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         storage,
         compute,
         eval_data,
+        retrain=retrain,
+        parent=parent,
     )
     return job, key
 
@@ -374,7 +437,7 @@ psp_model = stage_asset(
     lines (resuming, loss and pairs/s) go to the run's log.""",
     code_version=CODE_VERSION,
     config=TrainingConfig,
-    upstream=["sentencepiece_model", "training_data"],
+    upstream=["retrain_plan", "sentencepiece_model", "training_data"],
     kinds={"pytorch"},
     resources=("compute", "eval_data", "profile"),
     checks=[

@@ -1,5 +1,6 @@
 """sentencepiece_model: the shared sentencepiece vocabulary, trained on both sides of the
-deduplicated (lowercased; for zh, segmented) pairs from a bounded uniform sample."""
+deduplicated (lowercased; for zh, segmented) pairs from a bounded uniform sample; for an
+incremental retrain (:mod:`assets.retrain_plan`), the parent version's vocabulary, copied."""
 
 import time
 from dataclasses import asdict
@@ -8,7 +9,9 @@ from dagster import MetadataValue
 
 from assets.config import SentencepieceConfig
 from assets.metadata import common_metadata
+from assets.model_versions import model_registry
 from assets.records import SentencepieceRecord, read_record
+from assets.retrain_plan import copy_parent_vocabulary, current_plan
 from assets.stage import Manifest
 from assets.stage_asset import Plan, Report, StageRun, stage_asset
 from ops.sentencepiece_model import train_sentencepiece_from_pairs
@@ -29,6 +32,9 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
         "input_sentence_size": run.config.input_sentence_size,
     }
     settings.update(run.resource("profile").settings(profile_asset, explicit))
+    retrain = current_plan(run)
+    if retrain is not None and retrain.record["mode"] == "incremental":
+        return _parent_vocabulary(run, retrain.record["parent"], settings)
 
     def compute() -> tuple[dict, dict]:
         started = time.perf_counter()
@@ -49,6 +55,28 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
         return {"model": path.name}, record
 
     return Plan({"upstream": upstream.fingerprint, "settings": settings}, compute)
+
+
+def _parent_vocabulary(run: StageRun, parent: str, settings: dict) -> Plan:
+    """The plan of an incremental retrain: the parent version's sentencepiece model, as it is
+    (the training file is encoded with it, the model continues its embedding rows)."""
+    registry = model_registry(run.storage, run.spec.code)
+
+    def compute() -> tuple[dict, dict]:
+        started = time.perf_counter()
+        path = run.stage.path("sentencepiece.model")
+        copy_parent_vocabulary(registry, parent, path)
+        tokenizer = Tokenizer.from_file(path)
+        record = {
+            "settings": settings,
+            "vocab_size": tokenizer.vocab_size,
+            "sha256": tokenizer.sha256,
+            "seconds": round(time.perf_counter() - started, 3),
+            "copied_from": parent,
+        }
+        return {"model": path.name}, record
+
+    return Plan({"copied_from": parent}, compute)
 
 
 def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
@@ -72,7 +100,7 @@ sentencepiece_model = stage_asset(
     "10M sample).",
     code_version=CODE_VERSION,
     config=SentencepieceConfig,
-    upstream=["deduplicated_pairs"],
+    upstream=["deduplicated_pairs", "retrain_plan"],
     kinds={"sentencepiece"},
     resources=("compute", "profile"),
     # ops' log lines (the sample size, a vocabulary raised to fit the script) in the run's log

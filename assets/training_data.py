@@ -1,5 +1,6 @@
 """training_data: the deduplicated pairs shuffled out of core, encoded with the shared
-sentencepiece model and packed into the training HDF5 (flat CSR arrays)."""
+sentencepiece model and packed into the training HDF5 (flat CSR arrays); for an incremental
+retrain (:mod:`assets.retrain_plan`), its new and replayed pairs only."""
 
 from collections.abc import Sequence
 from contextlib import closing
@@ -11,6 +12,7 @@ from dagster import MetadataValue
 from assets.config import TrainingDataConfig
 from assets.metadata import pipeline_funnel_table, report_metadata
 from assets.records import PairCounts, SentencepieceRecord, TrainingDataRecord, read_record
+from assets.retrain_plan import current_plan
 from assets.stage import Manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.encoding import encode_and_pack, packing_tokenizer
@@ -52,6 +54,12 @@ def plan(
     spm = run.upstream("sentencepiece_model")
     spec, stage, seed = run.spec, run.stage, run.config.seed
     compute_resource = run.resource("compute")
+    source, n_pairs = pairs.output("pairs"), read_record(pairs, PairCounts).n_out
+    retrain = current_plan(run)
+    incremental = retrain is not None and retrain.record["mode"] == "incremental"
+    if incremental:  # the plan's new and replayed pairs
+        source = retrain.output("pairs")
+        n_pairs = retrain.record["new_pairs"] + retrain.record["replay_pairs"]
 
     def compute() -> tuple[dict, dict]:
         release_free_memory()  # the previous stages' freed heap back to the OS
@@ -61,9 +69,7 @@ def plan(
         shuffle = StageReport("shuffle")
         # the shuffled rows go straight to the encoding: no shuffled copy of the corpus is
         # written and read back
-        shuffled = shuffled_batches(
-            pairs.output("pairs"), seed=seed, work_dir=stage.directory, report=shuffle
-        )
+        shuffled = shuffled_batches(source, seed=seed, work_dir=stage.directory, report=shuffle)
         with closing(shuffled):
             packed = encode_and_pack(
                 shuffled,
@@ -73,7 +79,7 @@ def plan(
                 kind=spec.kind,
                 seed=seed,
                 workers=compute_resource.worker_count(),
-                total=read_record(pairs, PairCounts).n_out,
+                total=n_pairs,
                 groups=groups,
                 group_kinds=group_kinds,
                 description=description,
@@ -88,6 +94,8 @@ def plan(
         "kind": spec.kind,
         **({"groups": list(groups), "group_kinds": list(group_kinds)} if groups else {}),
         **({"description": description} if description else {}),
+        # (a full retrain's key is as it was before incremental retrains existed)
+        **({"pairs": retrain.fingerprint, "incremental": True} if incremental else {}),
     }
     return Plan(key, compute, shows={"several_languages": bool(groups)})
 
@@ -118,7 +126,7 @@ training_data = stage_asset(
     description="Shuffle (seeded, bounded memory), encode and pack the pairs for training.",
     code_version=CODE_VERSION,
     config=TrainingDataConfig,
-    upstream=["deduplicated_pairs", "sentencepiece_model"],
+    upstream=["deduplicated_pairs", "retrain_plan", "sentencepiece_model"],
     kinds={"hdf5"},
     resources=("compute",),
     checks=[

@@ -27,6 +27,7 @@ from assets import (
     multi,
     psp_model,
     raw_pairs,
+    retrain_plan,
     sentencepiece_model,
     training_data,
 )
@@ -42,6 +43,7 @@ ASSET_MODULES = [
     langid_filtered_pairs,
     length_filtered_pairs,
     deduplicated_pairs,
+    retrain_plan,
     sentencepiece_model,
     training_data,
     psp_model,

@@ -7,6 +7,9 @@ A language's registry is a folder (``{storage root}/{lang}/psp_model/`` in the p
                                       how it was trained (``retrain``) and dev scores, written
                                       with it
     versions/{version}/evaluation.json   its test-set scores, written by its evaluation
+    versions/{version}/train_pairs.npy   the sorted 64-bit keys of every pair its lineage trained
+                                      on (the pipeline's versions: what an incremental retrain
+                                      tells new pairs by)
     promoted -> versions/{version}    a symbolic link, swapped in one rename
     versions/{version}/exports/       its exports (sentence-transformers, model2vec), if any
     model -> promoted/model           where earlier releases kept the model and its exports: the
@@ -53,6 +56,8 @@ PROMOTED = "promoted"
 LEGACY_MODEL = "model"
 BUNDLE = "model"
 VERSION_FILE = "version.json"
+#: the keys of the pairs a version's lineage trained on (:mod:`ops.pair_lineage`)
+TRAIN_PAIRS = "train_pairs.npy"
 EXPORTS = "exports"
 #: links beside ``promoted`` to the same names in the promoted version: the paths where earlier
 #: releases kept the model and its exports
@@ -133,6 +138,12 @@ class Version:
         """How it was trained (:func:`retrain_record`); None for a version written before
         versions recorded it."""
         return self.info.get("retrain")
+
+    @property
+    def train_pairs(self) -> Path | None:
+        """The keys of the pairs its lineage trained on, if it keeps them."""
+        path = self.directory / TRAIN_PAIRS
+        return path if path.is_file() else None
 
     @property
     def test_scores(self) -> dict[str, float]:

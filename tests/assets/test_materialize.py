@@ -247,7 +247,7 @@ def test_paraphrase_language_from_paranmt(world: dict) -> None:
     inbox = root / "inbox" / "en"
     inbox.mkdir(parents=True)
     (inbox / "more-paraphrases.txt").write_text("\n".join(paranmt_lines(50, seed=8)) + "\n")
-    names = STAGES[:6]
+    names = STAGES[: STAGES.index("training_data") + 1]
     result = materialize(
         assets_named(*names), partition_key="en", resources=world["resources"], run_config=SMOKE
     )
@@ -388,7 +388,10 @@ def test_chinese_is_segmented_and_the_bundle_records_its_segmenter(
     # process's jieba stays untouched
     resources["compute"] = ComputeResource(device="cpu", threads=1, workers=2)
     result = materialize(
-        assets_named(*STAGES[:7]), partition_key="zh", resources=resources, run_config=SMOKE
+        assets_named(*STAGES[: STAGES.index("psp_model") + 1]),
+        partition_key="zh",
+        resources=resources,
+        run_config=SMOKE,
     )
     assert result.success
     assert metadata_of(result, "raw_pairs")["pairs_out"] == 320

@@ -35,6 +35,7 @@ SMOKE = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
 PREPARE = ["raw_pairs", "langid_filtered_pairs", "length_filtered_pairs", "deduplicated_pairs"]
 MULTI = [
     "multi_pairs",
+    "multi_retrain_plan",
     "multi_sentencepiece_model",
     "multi_training_data",
     "multi_psp_model",

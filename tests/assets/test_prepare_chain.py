@@ -24,6 +24,9 @@ from tests.pipelines.corpora import publish_de
 #: prepare_data_job's assets, in pipeline order.
 PREPARE = LANGUAGE_STAGES[: LANGUAGE_STAGES.index("training_data") + 1]
 ASSETS = [defs.get_assets_def(name) for name in PREPARE]
+#: the stages before the vocabulary's, and before the training file's
+BEFORE_SPM = PREPARE[: PREPARE.index("sentencepiece_model")]
+BEFORE_DATA = PREPARE[: PREPARE.index("training_data")]
 
 
 def test_the_stages_are_prepare_data_jobs() -> None:
@@ -72,21 +75,21 @@ def test_a_failed_run_resumes_at_the_stage_that_failed(de_world: dict) -> None:
         ASSETS, partition_key="de", resources=resources, run_config=config(0), raise_on_error=False
     )
     assert not failed.success
-    assert list(reused(failed)) == PREPARE[:4]
+    assert list(reused(failed)) == BEFORE_SPM
     failures = [e for e in failed.all_events if e.event_type == DagsterEventType.STEP_FAILURE]
     assert [e.step_key for e in failures] == ["sentencepiece_model"]
     assert "vocab_size" in failures[0].step_failure_data.error.to_string()
     assert not (root / "sentencepiece_model" / "manifest.json").exists()
     assert not (root / "training_data").exists()
-    before = files(root, PREPARE[:4])
+    before = files(root, BEFORE_SPM)
 
     resumed = materialize(ASSETS, partition_key="de", resources=resources, run_config=config(500))
     assert resumed.success
-    assert reused(resumed) == dict.fromkeys(PREPARE[:4], True) | {
+    assert reused(resumed) == dict.fromkeys(BEFORE_SPM, True) | {
         "sentencepiece_model": False,
         "training_data": False,
     }
-    assert files(root, PREPARE[:4]) == before  # not one file of the finished stages rewritten
+    assert files(root, BEFORE_SPM) == before  # not one file of the finished stages rewritten
 
 
 def test_a_rerun_recomputes_only_what_was_lost_or_changed(de_world: dict) -> None:
@@ -97,10 +100,10 @@ def test_a_rerun_recomputes_only_what_was_lost_or_changed(de_world: dict) -> Non
 
     # a killed run (or a user) lost the last stage's output: only that stage runs again
     (root / "training_data" / "train.h5").unlink()
-    before = files(root, PREPARE[:5])
+    before = files(root, BEFORE_DATA)
     again = materialize(ASSETS, partition_key="de", resources=resources, run_config=config(500))
-    assert reused(again) == dict.fromkeys(PREPARE[:5], True) | {"training_data": False}
-    assert files(root, PREPARE[:5]) == before
+    assert reused(again) == dict.fromkeys(BEFORE_DATA, True) | {"training_data": False}
+    assert files(root, BEFORE_DATA) == before
     assert (root / "training_data" / "train.h5").read_bytes() == packed  # the same seed and input
 
     # killed between a stage's output and its manifest: that stage runs again and writes the
@@ -114,14 +117,14 @@ def test_a_rerun_recomputes_only_what_was_lost_or_changed(de_world: dict) -> Non
     assert (root / "deduplicated_pairs" / "pairs.parquet").read_bytes() == deduplicated
 
     # a new shuffle seed changes the training file and nothing before it
-    before = files(root, PREPARE[:5])
+    before = files(root, BEFORE_DATA)
     reseeded = materialize(
         ASSETS, partition_key="de", resources=resources, run_config=config(500, seed=2)
     )
     assert [name for name, was_reused in reused(reseeded).items() if not was_reused] == [
         "training_data"
     ]
-    assert files(root, PREPARE[:5]) == before
+    assert files(root, BEFORE_DATA) == before
     assert (root / "training_data" / "train.h5").read_bytes() != packed
 
 

@@ -49,6 +49,7 @@ LANGUAGE_STAGES = [
     "langid_filtered_pairs",
     "length_filtered_pairs",
     "deduplicated_pairs",
+    "retrain_plan",
     "sentencepiece_model",
     "training_data",
     "psp_model",
