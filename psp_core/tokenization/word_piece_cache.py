@@ -100,11 +100,42 @@ def _split_words(texts: Sequence[str]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    array = pa.array(texts, type=pa.large_string())  # (int64 offsets: any size)
+    array = _arrow_texts(texts, pa)
     word_lists = pc.utf8_split_whitespace(array)
     words = word_lists.flatten().dictionary_encode()
-    offsets = word_lists.offsets.to_numpy().astype(np.int64)
-    return array, offsets, words.indices.to_numpy(), words.dictionary.to_pylist()
+    offsets = _integers(word_lists.offsets, np.int32).astype(np.int64)
+    return array, offsets, _integers(words.indices, np.int32), words.dictionary.to_pylist()
+
+
+def _booleans(array) -> np.ndarray:
+    """An arrow boolean array without nulls as numpy booleans (its bits unpacked)."""
+    bits = np.unpackbits(np.frombuffer(array.buffers()[1], dtype=np.uint8), bitorder="little")
+    return bits[array.offset : array.offset + len(array)].astype(bool)
+
+
+def _integers(array, dtype) -> np.ndarray:
+    """An arrow integer array without nulls as a numpy view of its values (``to_numpy`` would
+    import pandas, where it is installed, the first time it runs)."""
+    values = np.frombuffer(array.buffers()[1], dtype=dtype)
+    return values[array.offset : array.offset + len(array)]
+
+
+#: below this many texts, the arrow array is built from their UTF-8 bytes here: ``pa.array``
+#: imports pandas, where it is installed, the first time it runs, which costs more than
+#: embedding a line (``psp embed`` of one sentence)
+_FEW_TEXTS = 16
+
+
+def _arrow_texts(texts: Sequence[str], pa):
+    """``texts`` as an arrow large-string array (int64 offsets: any size)."""
+    if len(texts) >= _FEW_TEXTS:
+        return pa.array(texts, type=pa.large_string())
+    encoded = [text.encode("utf-8") for text in texts]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(data) for data in encoded], out=offsets[1:])
+    return pa.LargeStringArray.from_buffers(
+        len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+    )
 
 
 class _Column:
@@ -271,7 +302,7 @@ class WordPieceCache:
             redo[np.searchsorted(offsets, unsafe_words, side="right") - 1] = True
         if self._hazard_pattern is not None:
             hazard = pc.match_substring_regex(array, self._hazard_pattern)
-            redo |= hazard.to_numpy(zero_copy_only=False)
+            redo |= _booleans(hazard)
         return WordRows(rows, offsets, redo)
 
     def probe(self, texts: Sequence[str]) -> int:

@@ -203,15 +203,16 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
 )
 def test_a_line_embedded_with_torch_installed_does_not_import_it(tmp_path, bundle) -> None:
     """Where torch is installed but no CUDA driver is, ``psp embed`` of one line on ``auto``
-    imports neither torch nor scipy (their imports cost more than the work) and gives the
-    vector torch's sums give."""
+    imports neither torch, scipy nor pandas (which pyarrow imports on first use where it is
+    installed): their imports cost more than the work; the vector is the one torch's sums
+    give."""
     one_line = tmp_path / "one.txt"
     one_line.write_text("a sentence alone\n", encoding="utf-8")
     output = tmp_path / "one.npy"
     script = (
         "import sys; from psp_core.cli.main import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(sorted(m for m in ('torch', 'scipy') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'scipy', 'pandas') if m in sys.modules))"
     )
     command = ["embed", "--sentence-file", str(one_line), "--model", str(bundle)]
     command += ["--output-file", str(output)]
