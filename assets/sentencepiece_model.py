@@ -45,16 +45,21 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
             num_threads=run.resource("compute").threads or 2,
             **settings,
         )
-        tokenizer = Tokenizer.from_file(path)
-        record = {
-            "settings": settings,
-            "vocab_size": tokenizer.vocab_size,
-            "sha256": tokenizer.sha256,
-            "seconds": round(time.perf_counter() - started, 3),
-        }
-        return {"model": path.name}, record
+        return {"model": path.name}, _record(path, settings, started)
 
     return Plan({"upstream": upstream.fingerprint, "settings": settings}, compute)
+
+
+def _record(path, settings: dict, started: float) -> dict:
+    """The stage's record of the sentencepiece model at ``path``: the settings it was asked
+    for, the vocabulary it has, its hash, the stage's time."""
+    tokenizer = Tokenizer.from_file(path)
+    return {
+        "settings": settings,
+        "vocab_size": tokenizer.vocab_size,
+        "sha256": tokenizer.sha256,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def _parent_vocabulary(run: StageRun, parent: str, settings: dict) -> Plan:
@@ -66,15 +71,7 @@ def _parent_vocabulary(run: StageRun, parent: str, settings: dict) -> Plan:
         started = time.perf_counter()
         path = run.stage.path("sentencepiece.model")
         copy_parent_vocabulary(registry, parent, path)
-        tokenizer = Tokenizer.from_file(path)
-        record = {
-            "settings": settings,
-            "vocab_size": tokenizer.vocab_size,
-            "sha256": tokenizer.sha256,
-            "seconds": round(time.perf_counter() - started, 3),
-            "copied_from": parent,
-        }
-        return {"model": path.name}, record
+        return {"model": path.name}, _record(path, settings, started) | {"copied_from": parent}
 
     return Plan({"copied_from": parent}, compute)
 

@@ -110,10 +110,20 @@ class PairWriter:
         self._failures: list[BaseException] = []
 
     @classmethod
-    def like(cls, input: str | Path, output: str | Path, *, background: bool = True) -> PairWriter:
+    def like(
+        cls,
+        input: str | Path,
+        output: str | Path,
+        *,
+        background: bool = True,
+        other_columns: bool = False,
+    ) -> PairWriter:
         """A writer of ``output`` with the languages and columns of the pair file ``input``
-        (what a stage that drops or rewrites rows of ``input`` writes)."""
+        (what a stage that drops or rewrites rows of ``input`` writes); with ``other_columns``
+        also the columns this module does not know (the multilingual pairs' ``lang``)."""
         _, src_lang, tgt_lang, has_score = pair_file_info(input)
+        known = {"src", "tgt", "score", CORPUS}
+        extra = [f for f in pq.read_schema(input) if f.name not in known] if other_columns else []
         return cls(
             output,
             src_lang=src_lang,
@@ -121,6 +131,7 @@ class PairWriter:
             with_score=has_score,
             with_corpus=has_corpus_column(input),
             background=background,
+            extra_fields=extra,
         )
 
     def __enter__(self) -> PairWriter:

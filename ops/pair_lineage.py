@@ -22,17 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ops.corpus_caps import sample_keys
 from ops.held_back import key_threshold
 from ops.pair_files import (
-    CORPUS,
     PairWriter,
-    has_corpus_column,
     iter_pair_batches,
     iter_pairs,
-    pair_file_info,
 )
 from psp_core.files.output_files import replaced_when_done
 
@@ -107,23 +103,6 @@ def count_new_and_seen(path: str | Path, seen_keys: str | Path) -> tuple[int, in
     return n_new, n_seen, new_text, seen_text
 
 
-def _writer_like(input: str | Path, output: str | Path) -> PairWriter:
-    """A writer of ``output`` with every column of the pair file ``input``, its own ones too
-    (the multilingual pairs' ``lang``)."""
-    _, src_lang, tgt_lang, has_score = pair_file_info(input)
-    known = {"src", "tgt", "score", CORPUS}
-    extra = [field for field in pq.read_schema(input) if field.name not in known]
-    return PairWriter(
-        output,
-        src_lang=src_lang,
-        tgt_lang=tgt_lang,
-        with_score=has_score,
-        with_corpus=has_corpus_column(input),
-        background=True,
-        extra_fields=extra,
-    )
-
-
 def split_new_and_seen(
     path: str | Path,
     seen_keys: str | Path,
@@ -142,7 +121,7 @@ def split_new_and_seen(
     threshold = key_threshold(rate)
     split = LineageSplit(replay_rate=rate)
     new_keys = []
-    with _writer_like(path, output) as writer:
+    with PairWriter.like(path, output, other_columns=True) as writer:
         for batch in iter_pair_batches(path):
             keys = sample_keys(batch, LINEAGE_SEED)
             known = is_seen(keys, seen)
