@@ -187,17 +187,19 @@ class ModelRegistry:
     # reading ------------------------------------------------------------------------------------
 
     def versions(self) -> list[Version]:
-        """Every complete version, oldest first (ids start with their UTC creation time)."""
+        """Every complete version, oldest first: ids start with their UTC creation time to the
+        second, and versions made in the same second are ordered by the exact time they keep
+        (their ids' random part would not be)."""
         if not self.versions_dir.is_dir():
             return []
         found = []
-        for directory in sorted(self.versions_dir.iterdir()):
+        for directory in self.versions_dir.iterdir():
             if directory.name.startswith(".") or not directory.is_dir():
                 continue
             info = _read_info(directory)
             if info is not None:
                 found.append(Version(directory.name, directory, info))
-        return found
+        return sorted(found, key=_creation_order)
 
     def version(self, version_id: str) -> Version:
         directory = self.versions_dir / version_id
@@ -282,6 +284,7 @@ class ModelRegistry:
                 version=version_id,
                 fingerprint=fingerprint,
                 created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created)),
+                created_time=created,
             )
             _write_json(draft / VERSION_FILE, info)
             os.rename(draft, self.versions_dir / version_id)
@@ -443,6 +446,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _creation_order(version: Version) -> tuple:
+    """When ``version`` was made: its id's second, then the exact time (absent from versions
+    of earlier releases), then the id."""
+    created = version.info.get("created_time")
+    exact = float(created) if isinstance(created, (int, float)) else 0.0
+    return version.id[:16], exact, version.id
 
 
 def _read_info(directory: Path) -> dict[str, Any] | None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -111,12 +111,24 @@ def write_one_line(path: Path, size: int) -> None:
 
 
 def peak_rss_of(command: list[str], log: Path) -> tuple[int, int, str]:
-    """Run ``command``; its own peak resident bytes (``wait4``: this child's alone, not the
-    test runner's other children), its exit code and its standard error."""
+    """Run ``command``; its own peak resident bytes, its exit code and its standard error. The
+    peak is the child's VmHWM, read while it runs: ``wait4``'s ``ru_maxrss`` would count the
+    test runner's own peak too (Linux folds the forking process's high-water mark into the
+    child's at exec)."""
+    peak = 0
     with open(log, "wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-        _, status, usage = os.wait4(process.pid, 0)
-    return usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status), log.read_text()
+        status = Path(f"/proc/{process.pid}/status")
+        while process.poll() is None:
+            try:
+                lines = status.read_text().splitlines()
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            high = [line.split()[1] for line in lines if line.startswith("VmHWM:")]
+            peak = max(peak, int(high[0]) * 1024 if high else 0)
+            time.sleep(0.01)
+        code = process.wait()
+    return peak, code, log.read_text()
 
 
 @pytest.mark.slow

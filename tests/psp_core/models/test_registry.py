@@ -325,3 +325,18 @@ def test_psp_models_promote_of_a_damaged_version_is_one_line_and_changes_nothing
     assert f"the promoted version stays {first.id}" in line
     assert registry.promoted() == first
     assert (registry.root / "promotions.jsonl").read_bytes() == history
+
+
+def test_versions_made_in_the_same_second_keep_the_order_they_were_made_in(tmp_path):
+    """Ids carry the creation time to the second and then a fingerprint: two versions made
+    within one second are still listed oldest first, whatever their fingerprints."""
+    registry = ModelRegistry(tmp_path / "psp_model")
+
+    def build(path):
+        path.mkdir()
+        return {}
+
+    older = registry.add_version("f" * 24, build, created=1_800_000_000.2)
+    newer = registry.add_version("0" * 24, build, created=1_800_000_000.7)
+    assert newer.id < older.id  # (the ids alone would put the newer first)
+    assert [v.id for v in registry.versions()] == [older.id, newer.id]
