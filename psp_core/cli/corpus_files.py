@@ -257,8 +257,8 @@ class Corpus:
 
 def json_line_chars(max_chars: int) -> int:
     """The longest JSON Lines line read for texts of ``max_chars`` characters: room for the
-    text written with JSON's longest escapes (12 characters, a surrogate pair's two ``\\uXXXX``)
-    and 64 Ki characters of other fields."""
+    text written with JSON's longest escapes (12 characters: a surrogate pair written as two
+    ``\\u`` escapes of 4 hex digits) and 64 Ki characters of other fields."""
     return 12 * max_chars + (1 << 16)
 
 
