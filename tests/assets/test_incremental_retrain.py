@@ -8,10 +8,6 @@ resumes; the held-back pairs stay held back along the chain."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +25,7 @@ from psp_core import load_model
 from psp_core.models.registry import ModelRegistry
 from psp_core.tokenization.tokenizer import sha256_file
 from psp_core.training.training_file import TrainingFile
+from tests.assets.kills import kill_at_first_checkpoint
 from tests.assets.test_materialize import ALL_ASSETS, metadata_of
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources
@@ -297,21 +294,8 @@ def test_a_killed_incremental_retrain_resumes_with_the_same_lineage(world: dict)
         "import sys; from tests.assets.test_incremental_retrain import materialize_model as m;"
         " m(sys.argv[1], sys.argv[2])"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, str(root), str(world["eval"])],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     model_dir = root / "de" / "psp_model"
-    deadline = time.monotonic() + 240
-    while process.poll() is None and time.monotonic() < deadline:
-        if list(model_dir.glob("checkpoint-*/LATEST")):
-            break
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "training finished before it could be killed"
+    kill_at_first_checkpoint(code, [str(root), str(world["eval"])], model_dir, 240)
     assert len(registry_of(root).versions()) == 1  # no half version
 
     instance = DagsterInstance.ephemeral()

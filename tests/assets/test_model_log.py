@@ -10,10 +10,6 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +19,7 @@ from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.stage import Stage, fingerprint
 from pipelines.definitions import defs
+from tests.assets.kills import kill_at_first_checkpoint
 from tests.conftest import write_training_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,21 +84,8 @@ def kill_after_first_checkpoint(root: Path) -> Path:
     code = (
         "import sys; from tests.assets.test_model_log import materialize_model as m; m(sys.argv[1])"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, str(root)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     model_dir = root / "de" / "psp_model"
-    deadline = time.monotonic() + 180
-    while process.poll() is None and time.monotonic() < deadline:
-        if list(model_dir.glob("checkpoint-*/LATEST")):
-            break
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "training finished before it could be killed"
+    kill_at_first_checkpoint(code, [str(root)], model_dir, 180)
     [checkpoint] = [path.parent for path in model_dir.glob("checkpoint-*/LATEST")]
     return checkpoint
 

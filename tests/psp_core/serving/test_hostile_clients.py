@@ -21,6 +21,8 @@ import pytest
 
 httpx = pytest.importorskip("httpx")
 
+from tests.psp_core.serving.test_serve import Server, free_port  # noqa: E402 (after the skip)
+
 PSP_SCRIPT = Path(sys.executable).with_name("psp")
 KEY = "k-3f9a"
 
@@ -212,44 +214,18 @@ def test_a_large_request_is_cut_into_pieces_of_bounded_work():
 # --- a real server: connections and concurrency ------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-class Running:
-    """``psp serve`` of the toy bundle on 127.0.0.1 (its stderr kept), ready when returned."""
+class Running(Server):
+    """``psp serve`` of the toy bundle on 127.0.0.1 (its stderr kept), ready when returned;
+    ``key`` given to it as ``PSP_API_KEY``."""
 
     def __init__(self, bundle: Path, *arguments: str, key: str | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         environment = {k: v for k, v in os.environ.items() if k != "PSP_API_KEY"}
         if key is not None:
             environment["PSP_API_KEY"] = key
-        self.process = subprocess.Popen(
-            [str(PSP_SCRIPT), "serve", "--model", f"de={bundle}", "--port", str(self.port)]
-            + list(arguments),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=environment,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"psp serve exited: {self.process.stderr.read()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise AssertionError("psp serve did not answer in 60 s")
+        super().__init__("--model", f"de={bundle}", *arguments, env=environment)
 
     def rss_mb(self) -> float:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        line = next(line for line in status.splitlines() if line.startswith("VmRSS"))
-        return int(line.split()[1]) / 1024
+        return self.rss_kb() / 1024
 
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -260,11 +236,6 @@ class Running:
 
     def embed(self, texts, **headers) -> httpx.Response:
         return httpx.post(f"{self.url}/v1/embeddings", json=embed_body(texts), headers=headers)
-
-    def stop(self) -> str:
-        self.process.terminate()
-        _, err = self.process.communicate(timeout=30)
-        return err
 
 
 def answer_of(sock: socket.socket, limit: float = 10) -> bytes:

@@ -39,7 +39,9 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, *arguments: str, api_key: str = "unused") -> None:
+    def __init__(
+        self, *arguments: str, api_key: str = "unused", env: dict[str, str] | None = None
+    ) -> None:
         self.api_key = api_key  # (what clients send; the server asks for it with --api-key)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -48,6 +50,7 @@ class Server:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
