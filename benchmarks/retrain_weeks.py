@@ -33,7 +33,10 @@ stages and the training's checkpoint are reused by the pipeline itself).
     python benchmarks/retrain_weeks.py --variants replay=0.5,replay=0.25:lr=0.025
 
 Prints one JSON object: per variant, per week, the two chains side by side (mean over the
-seeds and per seed), and the summary the goals are judged on (benchmarks/RESULTS.md#incremental-retrain).
+seeds and per seed), and the summary the goals are judged on: the incremental training seconds
+as a share of the full retrain's, the dev-mean gap at the last week, the largest fall of an
+incremental version below the version it replaced, the gate's tolerance
+(benchmarks/RESULTS.md#incremental-retrain).
 """
 
 from __future__ import annotations
@@ -418,10 +421,11 @@ def chain_mean(rows: list[dict]) -> dict:
     return out
 
 
-def share(incremental: dict, full: dict) -> float | None:
-    if not full.get("training_seconds"):
+def share(incremental: dict, full: dict, name: str = "training_seconds") -> float | None:
+    """The incremental row's ``name`` as a share of the full row's."""
+    if not full.get(name) or incremental.get(name) is None:
         return None
-    return round(incremental["training_seconds"] / full["training_seconds"], 4)
+    return round(incremental[name] / full[name], 4)
 
 
 def variant_table(chains: dict[int, dict], weeks: int) -> list[dict]:
@@ -433,14 +437,16 @@ def variant_table(chains: dict[int, dict], weeks: int) -> list[dict]:
         if not seeds:
             continue
         pair = {chain: [chains[s][chain][week] for s in seeds] for chain in ("incremental", "full")}
-        shares = [share(chains[s]["incremental"][week], chains[s]["full"][week]) for s in seeds]
+        rows = [(chains[s]["incremental"][week], chains[s]["full"][week]) for s in seeds]
         table.append(
             {
                 "week": week,
                 "seeds": seeds,
                 "incremental": chain_mean(pair["incremental"]),
                 "full": chain_mean(pair["full"]),
-                "training_share": mean(shares),
+                "training_share": mean([share(*r) for r in rows]),
+                # (the steps do not depend on the machine's load: the seconds do)
+                "steps_share": mean([share(*r, name="steps") for r in rows]),
                 "per_seed": {
                     str(s): {c: chains[s][c][week] for c in ("incremental", "full")} for s in seeds
                 },
@@ -455,7 +461,7 @@ def variant_summary(chains: dict[int, dict], weeks: int, tolerance: float) -> di
     incremental version below the version it replaced (dev mean and worst single dev score,
     both re-scored by the gate on the same dev pairs), the refusals and any week the
     incremental chain trained in full."""
-    overall, gaps, drops, worst, refused, fell_back = {}, {}, [], [], [], []
+    overall, steps, gaps, drops, worst, refused, fell_back = {}, {}, {}, [], [], [], []
     for seed, chain in chains.items():
         later = [w for w in range(1, weeks + 1) if w in chain["incremental"] and w in chain["full"]]
         if not later:
@@ -463,6 +469,9 @@ def variant_summary(chains: dict[int, dict], weeks: int, tolerance: float) -> di
         inc = sum(chain["incremental"][w]["training_seconds"] for w in later)
         full = sum(chain["full"][w]["training_seconds"] for w in later)
         overall[str(seed)] = round(inc / full, 4) if full else None
+        inc_steps = sum(chain["incremental"][w]["steps"] or 0 for w in later)
+        full_steps = sum(chain["full"][w]["steps"] or 0 for w in later)
+        steps[str(seed)] = round(inc_steps / full_steps, 4) if full_steps else None
         last = max(later)
         gap = chain["incremental"][last]["dev_mean"] - chain["full"][last]["dev_mean"]
         gaps[str(seed)] = {"week": last, "gap": round(gap, 3)}
@@ -480,6 +489,7 @@ def variant_summary(chains: dict[int, dict], weeks: int, tolerance: float) -> di
     return {
         "training_share_overall": {"mean": mean(list(overall.values())), "per_seed": overall},
         "training_share_goal": GOAL_TRAINING_SHARE,
+        "steps_share_overall": {"mean": mean(list(steps.values())), "per_seed": steps},
         "last_week_dev_mean_gap": {
             "mean": mean([g["gap"] for g in gaps.values()]),
             "per_seed": gaps,

@@ -98,6 +98,7 @@ def row(mode: str, seconds: float, dev_mean: float, promoted: bool = True, drop=
         "mode": mode,
         "retrain_reason": f"{mode} because",
         "training_seconds": seconds,
+        "steps": int(seconds),
         "dev_mean": dev_mean,
         "dev_scores": {"stsb_dev": dev_mean},
         "gate": gate,
@@ -122,6 +123,7 @@ def test_the_summary_compares_the_chains_over_the_later_weeks():
     }
     summary = weeks.variant_summary(chains, 2, 1.0)
     assert summary["training_share_overall"]["per_seed"] == {"1": 0.15, "2": 0.3667}
+    assert summary["steps_share_overall"]["mean"] == pytest.approx((0.15 + 0.3667) / 2, abs=1e-3)
     assert summary["last_week_dev_mean_gap"]["per_seed"]["1"] == {"week": 2, "gap": -1.0}
     assert summary["last_week_dev_mean_gap"]["mean"] == 0.0
     assert summary["largest_dev_mean_drop_below_replaced"] == {"value": -1.5, "seed": 1, "week": 2}
@@ -133,6 +135,7 @@ def test_the_summary_compares_the_chains_over_the_later_weeks():
     table = weeks.variant_table(chains, 2)
     assert [w["week"] for w in table] == [0, 1, 2]
     assert table[2]["training_share"] == pytest.approx((0.2 + 0.1) / 2)
+    assert table[2]["steps_share"] == pytest.approx((0.2 + 0.1) / 2)
     assert table[2]["incremental"]["promoted"] == "1 of 2"
 
 
