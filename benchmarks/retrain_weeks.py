@@ -347,8 +347,9 @@ class Seed:
         """The chain's storage root: a copy of week 0's the first time (links kept as links)."""
         root = self.folder / name / "storage"
         if not root.is_dir():
+            for stale in root.parent.glob(".storage.tmp-*"):  # a copy cut short by a kill
+                shutil.rmtree(stale, ignore_errors=True)
             tmp = root.with_name(f".storage.tmp-{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(self.folder / "week0", tmp, symlinks=True)
             os.replace(tmp, root)
         return root
@@ -459,9 +460,10 @@ def variant_summary(chains: dict[int, dict], weeks: int, tolerance: float) -> di
     """What the goals are judged on: the incremental training seconds as a share of the full
     retrain's (weeks 1.. together), the dev-mean gap at the last week, the largest fall of an
     incremental version below the version it replaced (dev mean and worst single dev score,
-    both re-scored by the gate on the same dev pairs), the refusals and any week the
-    incremental chain trained in full."""
+    both re-scored by the gate on the same dev pairs), the refusals, any week the incremental
+    chain trained in full and the weeks ``auto`` would have trained in full."""
     overall, steps, gaps, drops, worst, refused, fell_back = {}, {}, {}, [], [], [], []
+    auto_full: list[dict] = []
     for seed, chain in chains.items():
         later = [w for w in range(1, weeks + 1) if w in chain["incremental"] and w in chain["full"]]
         if not later:
@@ -485,6 +487,8 @@ def variant_summary(chains: dict[int, dict], weeks: int, tolerance: float) -> di
                 refused.append({"seed": seed, "week": week, "reason": gate["reason"]})
             if row["mode"] != "incremental":
                 fell_back.append({"seed": seed, "week": week, "reason": row["retrain_reason"]})
+            if (row.get("auto_would") or {}).get("mode") == "full":
+                auto_full.append({"seed": seed, "week": week, "rule": row["auto_would"]["rule"]})
     low, low_score = min(drops, default=None), min(worst, default=None)
     return {
         "training_share_overall": {"mean": mean(list(overall.values())), "per_seed": overall},
@@ -504,6 +508,8 @@ def variant_summary(chains: dict[int, dict], weeks: int, tolerance: float) -> di
         "gate_tolerance": tolerance,
         "refused": refused,
         "incremental_chain_weeks_trained_full": fell_back,
+        # (retrain: auto would have trained these weeks in full, by the rule named)
+        "auto_would_have_trained_full": auto_full,
     }
 
 

@@ -112,7 +112,8 @@ def test_the_summary_compares_the_chains_over_the_later_weeks():
             "incremental": {
                 0: week0,
                 1: row("incremental", 10.0, 80.5, drop=0.5),
-                2: row("incremental", 20.0, 79.0, promoted=False, drop=-1.5),
+                2: row("incremental", 20.0, 79.0, promoted=False, drop=-1.5)
+                | {"auto_would": {"mode": "full", "rule": "refused", "reason": "..."}},
             },
             "full": {0: week0, 1: row("full", 100.0, 80.0), 2: row("full", 100.0, 80.0)},
         },
@@ -132,11 +133,13 @@ def test_the_summary_compares_the_chains_over_the_later_weeks():
     assert summary["incremental_chain_weeks_trained_full"] == [
         {"seed": 2, "week": 1, "reason": "full because"}
     ]
+    assert summary["auto_would_have_trained_full"] == [{"seed": 1, "week": 2, "rule": "refused"}]
     table = weeks.variant_table(chains, 2)
     assert [w["week"] for w in table] == [0, 1, 2]
     assert table[2]["training_share"] == pytest.approx((0.2 + 0.1) / 2)
     assert table[2]["steps_share"] == pytest.approx((0.2 + 0.1) / 2)
     assert table[2]["incremental"]["promoted"] == "1 of 2"
+    assert table[2]["incremental"]["auto_would"] == ["full (refused)"]
 
 
 @pytest.mark.slow
