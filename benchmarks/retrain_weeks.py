@@ -167,7 +167,8 @@ def registry_file(path: Path, bitext: Path, args, seed: int, replay: float | Non
     when given, de's ``[retrain] replay_share``."""
     text = _common.offline_registry_text(args.data_dir, {LANG: bitext})
     head, table, tail = text.partition("[defaults.training]\n")
-    block, rest = re.match(r"((?:[^\[].*\n|\n)*)(.*)", tail, re.DOTALL).groups()
+    block = re.match(r"(?:[^\[\n].*\n|\n)*", tail).group()  # up to the next table
+    rest = tail[len(block) :]
     block, found = re.subn(r"^seed = \d+$", f"seed = {seed}", block, count=1, flags=re.MULTILINE)
     if not table or not found or f"[languages.{LANG}.retrain]" in text:
         raise SystemExit(f"{_common.OFFLINE_REGISTRY}: no [defaults.training] seed to set")
