@@ -2,7 +2,8 @@
 (a seeded sample of the pairs that passed the filters, as the reference takes its 4M of
 OpenSubtitles and MultiUN), less the pairs held back for the dev suite (output ``dev_pairs``, up
 to about 2,000, chosen by a hash of each pair so that new bitext moves none of them between
-training and development, and every pair sharing a sentence with them: ops.held_back), and for
+training and development, and every pair sharing a sentence with them: ops.held_back), with the
+training pairs the dev suite retrieves them among (output ``dev_pool``), and for
 languages with a pre-tokenizer (zh) segmented with jieba: the text the vocabulary and model see.
 A segmented language keeps its unsegmented pairs too (output ``unsegmented``): the multilingual
 model applies its own pre-tokenizer to them."""
@@ -21,12 +22,15 @@ from ops.pair_files import has_corpus_column
 from ops.segmentation import segment_pairs
 from ops.stage_report import StageReport
 
-CODE_VERSION = "4"  # 3: pairs held back for the dev suite; 4: chosen by their own hash
+# 3: pairs held back for the dev suite; 4: chosen by their own hash; 5: the dev suite's pool
+CODE_VERSION = "5"
 #: Seed of the per-corpus cap samples (ops.corpus_caps).
 CAP_SEED = 1234
 CHECK = "deduplicated_pairs_not_empty"
 #: the held-back pairs of the dev suite (ops.held_back), beside the training pairs
 DEV_PAIRS = "dev_pairs.parquet"
+#: the training pairs among which the dev suite retrieves the held-back pairs' translations
+DEV_POOL = "dev_pool.parquet"
 FUNNEL_STAGES = ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
 
 
@@ -49,7 +53,7 @@ def plan(run: StageRun) -> Plan:
 
     def compute() -> tuple[dict, dict]:
         final = stage.path("pairs.parquet")
-        outputs = {"pairs": final.name, "dev_pairs": DEV_PAIRS}
+        outputs = {"pairs": final.name, "dev_pairs": DEV_PAIRS, "dev_pool": DEV_POOL}
         source = upstream.output("pairs")
         deduplicated = stage.path("deduplicated.parquet")
         record = deduplicate(source, deduplicated).as_dict()
@@ -61,7 +65,9 @@ def plan(run: StageRun) -> Plan:
             record["caps"] = _merge(record, capped_report)
         # the dev suite's pairs, before the vocabulary or the model see any of their sentences
         training = stage.path("unsegmented.parquet") if segment else final
-        held = hold_back(deduplicated, training, stage.path(DEV_PAIRS))
+        held = hold_back(
+            deduplicated, training, stage.path(DEV_PAIRS), pool_output=stage.path(DEV_POOL)
+        )
         deduplicated.unlink()
         record["held_back"] = _merge(record, held)
         if segment:

@@ -4,6 +4,7 @@ every later stage reads (evaluation, exports, the scoreboard)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from dagster import MetadataValue
@@ -72,15 +73,32 @@ def test_scores_of(summary: dict) -> dict[str, float]:
     return scores
 
 
-def held_back_pairs(storage: StorageResource, code: str) -> dict[str, Path]:
-    """The held-back pair files of the dev suite for ``code``'s model: its own, or for ``multi``
-    those of each of its languages (each language's deduplicated_pairs ``dev_pairs``)."""
+@dataclass(frozen=True)
+class DevPairs:
+    """The dev suite's pairs of a model: each language's held-back pairs and its pool of
+    distractors (deduplicated_pairs' ``dev_pairs`` and ``dev_pool``)."""
+
+    held_back: dict[str, Path]
+    pools: dict[str, Path]
+
+    def scores(self, model: psp_core.PSPModel, eval_dir: Path) -> dict[str, float]:
+        """The model's dev suite (:func:`~psp_core.evaluation.dev_suite.dev_scores`)."""
+        return dev_scores(model, eval_dir, self.held_back, self.pools)
+
+
+def dev_pairs(storage: StorageResource, code: str) -> DevPairs:
+    """The dev suite's pairs for ``code``'s model: its language's, or for ``multi`` those of
+    each of its languages."""
+    return DevPairs(_dev_files(storage, code, "dev_pairs"), _dev_files(storage, code, "dev_pool"))
+
+
+def _dev_files(storage: StorageResource, code: str, output: str) -> dict[str, Path]:
     codes = load_registry().multi_languages() if code == MULTI else [code]
     found = {}
     for lang in codes:
         manifest = read_manifest(storage.stage_dir(lang, "deduplicated_pairs"))
-        if manifest is not None and "dev_pairs" in manifest.outputs:
-            path = manifest.output("dev_pairs")
+        if manifest is not None and output in manifest.outputs:
+            path = manifest.output(output)
             if path.is_file():
                 found[lang] = path
     return found
@@ -91,7 +109,7 @@ def run_gate(
     version: Version,
     eval_dir: Path,
     settings: PromotionSettings,
-    held_back: dict[str, Path],
+    dev: DevPairs,
 ) -> tuple[GateDecision | None, str]:
     """Decide once whether ``version`` replaces the promoted version; returns the decision (None
     where it was decided before: a version rolled back by hand is not promoted again by the
@@ -118,13 +136,11 @@ def run_gate(
         registry.record_decision(version.id, reason=decision.reason)
         return decision, f"version {version.id} {decision.decision}: {decision.reason}"
     # the candidate's scores were taken when it was written, moments before (version.json)
-    candidate = version.dev_scores or dev_scores(
-        psp_core.load_model(version.bundle), eval_dir, held_back
-    )
+    candidate = version.dev_scores or dev.scores(psp_core.load_model(version.bundle), eval_dir)
     incumbent, broken = None, None
     if promoted is not None:
         try:
-            incumbent = dev_scores(psp_core.load_model(promoted.bundle), eval_dir, held_back)
+            incumbent = dev.scores(psp_core.load_model(promoted.bundle), eval_dir)
         except BundleError as error:
             broken = f"the promoted version {promoted.id} no longer loads ({error}): replaced"
     decision = decide(candidate, incumbent, settings.tolerance)

@@ -20,9 +20,10 @@ from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
 from assets.model_versions import (
+    DevPairs,
+    dev_pairs,
     full_retrain,
     gate_metadata,
-    held_back_pairs,
     model_registry,
     promoted_model,
     retrain_metadata,
@@ -38,7 +39,7 @@ from assets.stage import Manifest, Stage, fingerprint
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.pair_lineage import reference_sentences, vocabulary_fit
 from psp_core.evaluation import StsEvaluator
-from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator, dev_scores
+from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator
 from psp_core.models.bundle import BundleError, load_bundle
 from psp_core.models.export import FORMATS as EXPORT_FORMATS
 from psp_core.models.registry import TRAIN_PAIRS, VERSIONS, Version, retrain_record
@@ -124,13 +125,13 @@ def _model_selection(
     context: AssetExecutionContext,
     config: TrainingConfig,
     eval_dir: Path,
-    held_back: dict[str, Path],
+    dev: DevPairs,
 ) -> tuple[str | None, object | None]:
     """What picks the epoch kept (recorded and fingerprinted: the dev STS file, the dev suite,
     or None for the last epoch) and the evaluator that scores each epoch."""
     if config.select_on_dev_suite:
         try:
-            return DEV_SUITE_SELECTION, DevSuiteEvaluator(eval_dir, held_back)
+            return DEV_SUITE_SELECTION, DevSuiteEvaluator(eval_dir, dev.held_back, dev.pools)
         except ValueError as error:
             context.log.warning("%s: no model selection (the last epoch is kept)", error)
             return None, None
@@ -156,7 +157,7 @@ class ModelTraining:
     key: str
     selection: str | None
     dev_evaluator: object | None
-    held_back: dict[str, Path]
+    dev: DevPairs
     storage: StorageResource
     compute: ComputeResource
     eval_data: EvaluationDataResource
@@ -214,8 +215,8 @@ class ModelTraining:
             "record": self._record(result, curve, window, time.perf_counter() - started),
             "retrain": retrain,
             "lineage": lineage,
-            "dev_scores": dev_scores(
-                psp_core.load_model(result.bundle), self.eval_data.path(), self.held_back
+            "dev_scores": self.dev.scores(
+                psp_core.load_model(result.bundle), self.eval_data.path()
             ),
         }
 
@@ -226,7 +227,7 @@ class ModelTraining:
         if self.parent is not None and self.parent.info.get("vocabulary_fit"):
             return self.parent.info["vocabulary_fit"]
         sentences = reference_sentences(
-            list(self.held_back.values()), make_pretokenizer(self.spec.pretokenizer)
+            list(self.dev.held_back.values()), make_pretokenizer(self.spec.pretokenizer)
         )
         if not sentences:  # (no held-back pairs: a later retrain compares with seen pairs)
             return None
@@ -316,8 +317,8 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         device=compute.device,
         num_threads=compute.threads,
     )
-    held_back = held_back_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
-    selection, dev_evaluator = _model_selection(context, config, eval_data.path(), held_back)
+    dev = dev_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
+    selection, dev_evaluator = _model_selection(context, config, eval_data.path(), dev)
     settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)
     retrain = current_plan(run)
     parent = None
@@ -346,7 +347,7 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         fingerprint(**key),
         selection,
         dev_evaluator,
-        held_back,
+        dev,
         storage,
         compute,
         eval_data,
@@ -401,9 +402,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
         if record.version is not None
         else registry.promoted()  # a manifest of an earlier release: its adopted bundle
     )
-    decision, line = run_gate(
-        registry, version, job.eval_data.path(), spec.promotion, held_back=job.held_back
-    )
+    decision, line = run_gate(registry, version, job.eval_data.path(), spec.promotion, dev=job.dev)
     if decision is not None and not decision.promote:
         log.warning(line)
     else:

@@ -142,7 +142,9 @@ def plan(run: StageRun) -> Plan:
         decided = rule_before_data(setting, registry, parent, settings["full_every"])
         record = {"upstream": pairs.fingerprint, "candidate": candidate, "setting": setting}
         if decided is None:
-            outputs, more = _incremental(run, pairs, parent, settings["replay_share"])
+            outputs, more = _incremental(
+                run, pairs, parent, settings["replay_share"], check_fit=setting == "auto"
+            )
         else:
             outputs, more = _full(run, pairs, *decided)
         record |= more
@@ -164,9 +166,12 @@ def _full(run: StageRun, pairs: Manifest, rule: str, reason: str, record: dict |
     return {"train_keys": KEYS}, record
 
 
-def _incremental(run: StageRun, pairs: Manifest, parent: Version, replay_share: float):
+def _incremental(
+    run: StageRun, pairs: Manifest, parent: Version, replay_share: float, *, check_fit: bool
+):
     """The outputs and record of a plan whose full-retrain rules did not fire: incremental,
-    unless no pair is new or the vocabulary no longer fits (then full)."""
+    unless no pair is new, or (``check_fit``: ``auto``) the vocabulary no longer fits (then
+    full). The fit is recorded either way."""
     source, stage = pairs.output("pairs"), run.stage
     n_new, n_seen, new_text, seen_text = count_new_and_seen(source, parent.train_pairs)
     record: dict = {"seen_pairs": n_seen}
@@ -189,7 +194,7 @@ def _incremental(run: StageRun, pairs: Manifest, parent: Version, replay_share: 
         return _full(
             run, pairs, "no_seen_pairs", f"none of the pairs of {parent.id} is left", record
         )
-    if "vocabulary_fit" in record and not vocabulary_fits(**_fits(record)):
+    if check_fit and "vocabulary_fit" in record and not vocabulary_fits(**_fits(record)):
         return _full(
             run, pairs, "vocabulary", _unfit_reason(parent, record["vocabulary_fit"]), record
         )

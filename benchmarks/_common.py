@@ -95,8 +95,10 @@ def dev_suite_for(root: Path, code: str, eval_dir: Path = DEFAULT_DATA_DIR / "ev
     held_back = {
         lang: root / lang / "deduplicated_pairs" / "dev_pairs.parquet" for lang in languages
     }
+    pools = {lang: root / lang / "deduplicated_pairs" / "dev_pool.parquet" for lang in languages}
+    pools = {lang: path for lang, path in pools.items() if path.is_file()}
     spec = registry.multi if code == "multi" else registry[code]
-    return DevSuite(eval_dir, held_back), spec
+    return DevSuite(eval_dir, held_back, pools), spec
 
 
 def machine_info() -> dict:

@@ -242,6 +242,14 @@ def auto_would(registry, full_every: int) -> dict | None:
     return None if decided is None else {"mode": "full", "rule": decided[0], "reason": decided[1]}
 
 
+def _gain(name: str, candidate: dict, incumbent: dict) -> float:
+    """How much better the candidate's score ``name`` is (an error rate: lower is better)."""
+    from psp_core.models.promotion import ERROR_SUFFIX
+
+    gain = candidate[name] - incumbent[name]
+    return -gain if name.endswith(ERROR_SUFFIX) else gain
+
+
 def gate_of(history: list, version_id: str) -> dict:
     """The gate's decision on ``version_id``: promoted or not, why, and the candidate's dev
     mean and worst single score against the incumbent's, both scored on the same dev pairs."""
@@ -257,7 +265,9 @@ def gate_of(history: list, version_id: str) -> dict:
             dev_mean(candidate, None) - dev_mean(incumbent, None), 3
         )
         common = set(candidate) & set(incumbent)
-        gate["worst_score_vs_replaced"] = round(min(candidate[k] - incumbent[k] for k in common), 3)
+        gate["worst_score_vs_replaced"] = round(
+            min(_gain(k, candidate, incumbent) for k in common), 3
+        )
     return gate
 
 

@@ -26,6 +26,7 @@ first pass only).
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,10 @@ HELD_BACK_PAIRS = 2000
 #: training)
 HELD_BACK_SHARE = 0.05
 DEFAULT_SEED = 29
+#: the dev suite's distractor pool: the training pairs whose key falls below this many times the
+#: held-back rate (about this many times as many pairs as are held back), among which each
+#: held-back sentence's translation is retrieved (benchmarks/RESULTS.md#dev-retrieval)
+POOL_FACTOR = 10
 
 
 def held_back_rate(
@@ -65,36 +70,33 @@ def hold_back(
     train_output: str | Path,
     dev_output: str | Path,
     *,
+    pool_output: str | Path | None = None,
     rate: float | None = None,
     seed: int = DEFAULT_SEED,
 ) -> StageReport:
     """Write the pairs of ``input`` whose key falls below ``rate`` (default
     :func:`held_back_rate` of its size) to ``dev_output`` and the others, less those sharing a
-    sentence with them, to ``train_output``. Reasons in the report: ``held_back``,
-    ``shares_a_held_back_sentence``."""
+    sentence with them, to ``train_output``; with ``pool_output``, also the training pairs whose
+    key falls below :data:`POOL_FACTOR` times the rate there (the dev suite's distractors).
+    Reasons in the report: ``held_back``, ``shares_a_held_back_sentence``; its note
+    ``dev_pool`` counts the pool's pairs (kept for training too)."""
     n_pairs = pair_file_info(input)[0]
-    threshold = key_threshold(held_back_rate(n_pairs) if rate is None else rate)
+    rate = held_back_rate(n_pairs) if rate is None else rate
+    thresholds = (key_threshold(rate), key_threshold(min(1.0, rate * POOL_FACTOR)))
     report = StageReport("hold_back")
-    sentences: set[str] = set()
-    held_rows = []  # row numbers in the file of the held-back pairs
     with PairWriter.like(input, dev_output) as dev:
-        start = 0
-        for batch in iter_pair_batches(input):
-            chosen = sample_keys(batch, seed) < threshold
-            held = batch.filter(pa.array(chosen))
-            dev.write_batch(held)
-            sentences.update(held.column("src").to_pylist())
-            sentences.update(held.column("tgt").to_pylist())
-            held_rows.append(np.flatnonzero(chosen) + start)
-            start += batch.num_rows
-    held_rows = np.concatenate(held_rows) if held_rows else np.empty(0, dtype=np.int64)
+        held_rows, pool_rows, sentences = _write_held_back(input, dev, thresholds, seed)
     value_set = pa.array(sorted(sentences), type=pa.string())
-    with PairWriter.like(input, train_output) as train:
+    with ExitStack() as files:
+        train = files.enter_context(PairWriter.like(input, train_output))
+        pool = (
+            None
+            if pool_output is None
+            else files.enter_context(PairWriter.like(input, pool_output))
+        )
         for batch in iter_pair_batches(input):
             start, stop = report.n_in, report.n_in + batch.num_rows
-            low, high = np.searchsorted(held_rows, [start, stop])  # (sorted: file order)
-            chosen = np.zeros(batch.num_rows, dtype=bool)
-            chosen[held_rows[low:high] - start] = True
+            chosen, in_pool = _rows_of(held_rows, start, stop), _rows_of(pool_rows, start, stop)
             report.n_in = stop
             shares = pc.or_(
                 pc.is_in(batch.column("src"), value_set=value_set),
@@ -102,7 +104,45 @@ def hold_back(
             ).to_numpy(zero_copy_only=False)
             keep = ~chosen & ~shares
             train.write_batch(batch.filter(pa.array(keep)))
+            if pool is not None:
+                pool.write_batch(batch.filter(pa.array(keep & in_pool)))
+                report.note("dev_pool", int((keep & in_pool).sum()))
             report.n_out += int(keep.sum())
             report.drop("held_back", int(chosen.sum()))
             report.drop("shares_a_held_back_sentence", int((shares & ~chosen).sum()))
     return report.finish()
+
+
+def _write_held_back(
+    input: str | Path, dev: PairWriter, thresholds: tuple[np.uint64, np.uint64], seed: int
+) -> tuple[np.ndarray, np.ndarray, set[str]]:
+    """The first pass: write the held-back pairs (key below the first threshold) to ``dev``;
+    returns their row numbers, those of the pool's candidates (key below the second) and the
+    held-back sentences."""
+    held_threshold, pool_threshold = thresholds
+    sentences: set[str] = set()
+    held_rows, pool_rows, start = [], [], 0  # row numbers in the file, in file order
+    for batch in iter_pair_batches(input):
+        keys = sample_keys(batch, seed)
+        chosen = keys < held_threshold
+        held = batch.filter(pa.array(chosen))
+        dev.write_batch(held)
+        sentences.update(held.column("src").to_pylist())
+        sentences.update(held.column("tgt").to_pylist())
+        held_rows.append(np.flatnonzero(chosen) + start)
+        pool_rows.append(np.flatnonzero(~chosen & (keys < pool_threshold)) + start)
+        start += batch.num_rows
+    empty = np.empty(0, dtype=np.int64)
+    return (
+        np.concatenate(held_rows) if held_rows else empty,
+        np.concatenate(pool_rows) if pool_rows else empty,
+        sentences,
+    )
+
+
+def _rows_of(rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """A mask of the batch holding file rows ``start:stop``: those among ``rows`` (sorted)."""
+    low, high = np.searchsorted(rows, [start, stop])
+    mask = np.zeros(stop - start, dtype=bool)
+    mask[rows[low:high] - start] = True
+    return mask

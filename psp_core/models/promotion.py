@@ -14,7 +14,7 @@ class GateDecision:
     candidate: dict[str, float]
     incumbent: dict[str, float] | None
     tolerance: float
-    #: dev scores more than ``tolerance`` below the incumbent's
+    #: dev scores more than ``tolerance`` worse than the incumbent's
     worse: list[str] = field(default_factory=list)
 
     @property
@@ -25,14 +25,27 @@ class GateDecision:
         return {**asdict(self), "decision": self.decision}
 
 
+#: the end of the name of a dev score that is lower-is-better (an error rate, %); every other
+#: dev score is higher-is-better
+ERROR_SUFFIX = "_error"
+
+
+def worse_beyond(name: str, candidate: float, incumbent: float, tolerance: float) -> bool:
+    """Whether the candidate's score ``name`` is more than ``tolerance`` points worse."""
+    if name.endswith(ERROR_SUFFIX):
+        return candidate > incumbent + tolerance
+    return candidate < incumbent - tolerance
+
+
 def decide(
     candidate: dict[str, float], incumbent: dict[str, float] | None, tolerance: float
 ) -> GateDecision:
     """Promote ``candidate`` (a version's dev scores) over ``incumbent`` (the promoted
     version's; None when there is none) unless a score both have is more than ``tolerance``
-    points lower. The first version is promoted; so is a version when neither has any dev
-    score (no dev data: the gate cannot measure, and says so); a version that lacks the scores
-    the incumbent has is not (it cannot be shown no worse)."""
+    points worse (lower; higher for an error rate). The first version is promoted; so is a
+    version when neither has any dev score (no dev data: the gate cannot measure, and says
+    so); a version that lacks the scores the incumbent has is not (it cannot be shown no
+    worse)."""
     if incumbent is None:
         return GateDecision(True, "the first version of this model", candidate, None, tolerance)
     common = sorted(set(candidate) & set(incumbent))
@@ -45,12 +58,14 @@ def decide(
             f"promoted one: {sorted(incumbent) or 'none'})"
         )
         return GateDecision(False, reason, candidate, incumbent, tolerance)
-    worse = [name for name in common if candidate[name] < incumbent[name] - tolerance]
+    worse = [
+        name for name in common if worse_beyond(name, candidate[name], incumbent[name], tolerance)
+    ]
     sides = ", ".join(f"{name} {candidate[name]:.2f} vs {incumbent[name]:.2f}" for name in common)
     if worse:
         reason = (
             f"worse than the promoted version beyond {tolerance} on {', '.join(worse)} ({sides})"
         )
         return GateDecision(False, reason, candidate, incumbent, tolerance, worse)
-    reason = f"no dev score more than {tolerance} below the promoted version's ({sides})"
+    reason = f"no dev score more than {tolerance} worse than the promoted version's ({sides})"
     return GateDecision(True, reason, candidate, incumbent, tolerance)

@@ -193,15 +193,20 @@ def test_new_bitext_trains_incrementally_from_the_promoted_version(world: dict):
     assert dev_pairs(root) == dev_after
 
 
+def drop_greek(root: Path) -> None:
+    """New pairs whose German sides end in Greek words the vocabulary never saw."""
+    english, german = english_german(200, seed=78)
+    rng = np.random.default_rng(0)
+    german = [f"{s[:-1]} {' '.join(rng.choice(GREEK, 3))}." for s in german]
+    drop_into_inbox(root, "greek", english, german)
+
+
 @pytest.mark.slow
 def test_a_vocabulary_that_no_longer_fits_gives_a_full_retrain(world: dict):
     root = world["root"]
     run(world)
     [v1] = registry_of(root).versions()
-    english, german = english_german(200, seed=78)
-    rng = np.random.default_rng(0)
-    german = [f"{s[:-1]} {' '.join(rng.choice(GREEK, 3))}." for s in german]
-    drop_into_inbox(root, "greek", english, german)
+    drop_greek(root)
     second = run(world)
     plan = metadata_of(second, "retrain_plan")
     assert plan["retrain_mode"] == "full", plan
@@ -214,6 +219,20 @@ def test_a_vocabulary_that_no_longer_fits_gives_a_full_retrain(world: dict):
     assert v2.retrain["mode"] == "full" and v2.retrain["parent"] is None
     assert "no longer fits" in v2.retrain["reason"] and v1.id in v2.retrain["reason"]
     assert metadata_of(second, "psp_model")["retrain_mode"] == "full"
+
+
+@pytest.mark.slow
+def test_retrain_incremental_continues_even_where_the_vocabulary_no_longer_fits(world: dict):
+    """``retrain: incremental`` is the user's choice over ``auto``'s rules, the vocabulary's
+    fit among them: recorded, not acted on."""
+    root = world["root"]
+    run(world)
+    [v1] = registry_of(root).versions()
+    drop_greek(root)
+    second = run(world, with_config("retrain_plan", retrain="incremental"))
+    plan = metadata_of(second, "retrain_plan")
+    assert plan["retrain_mode"] == "incremental" and "vocabulary_fit" in plan, plan
+    assert registry_of(root).versions()[-1].retrain["parent"] == v1.id
 
 
 @pytest.mark.slow

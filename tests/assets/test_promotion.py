@@ -16,7 +16,7 @@ import yaml
 from dagster import materialize
 
 from assets.languages import PromotionSettings
-from assets.model_versions import run_gate
+from assets.model_versions import DevPairs, run_gate
 from assets.stage import read_manifest
 from psp_core import load_model
 from psp_core.cli import main
@@ -122,7 +122,7 @@ def test_a_worse_retrain_is_kept_but_not_promoted(opus_server: OpusServer, tmp_p
     ]
     # test scores: of the evaluated version only (the gate's are the dev ones, of both)
     assert "tatoeba_deu_error" in rows[0]["test_scores"] and rows[1]["test_scores"] == {}
-    dev_suite = {"sts17_en_en", "stsb_dev", "held_back_de"}
+    dev_suite = {"sts17_en_en", "stsb_dev", "held_back_de_error"}
     assert set(rows[0]["dev_scores"]) == set(rows[1]["dev_scores"]) == dev_suite
     assert main(["models", "rollback", "de", *storage]) == 0
     np.testing.assert_array_equal(table(language_model), good_table)
@@ -217,6 +217,9 @@ def _wait_for(seen: list[str], name: str, seconds: float = 20.0) -> None:
     raise AssertionError(f"the server never answered with {name!r}")
 
 
+NO_PAIRS = DevPairs(held_back={}, pools={})
+
+
 def test_the_gate_verifies_the_bundle_before_it_moves_the_link(tmp_path, model):
     """A candidate whose weights were cut short is not promoted, whatever its recorded dev
     scores (they were taken before the damage); a promoted version that no longer loads is
@@ -236,13 +239,13 @@ def test_the_gate_verifies_the_bundle_before_it_moves_the_link(tmp_path, model):
 
     better = version("b" * 24, 100.0)
     damage(better.bundle)
-    decision, line = run_gate(registry, better, tmp_path / "eval", PromotionSettings(), {})
+    decision, line = run_gate(registry, better, tmp_path / "eval", PromotionSettings(), NO_PAIRS)
     assert not decision.promote and "does not verify" in line and "truncated" in line
     assert registry.promoted() == first
     assert registry.history()[-1]["action"] == "reject"
 
     worse = version("c" * 24, -100.0)
     damage(first.bundle)
-    decision, line = run_gate(registry, worse, tmp_path / "eval", PromotionSettings(), {})
+    decision, line = run_gate(registry, worse, tmp_path / "eval", PromotionSettings(), NO_PAIRS)
     assert decision.promote and f"the promoted version {first.id} no longer loads" in line
     assert registry.promoted() == worse

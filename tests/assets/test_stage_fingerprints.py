@@ -57,29 +57,29 @@ SETTINGS = {
 }
 
 #: what the stages wrote before the asset layer was refactored; deduplicated_pairs and every
-#: stage after it since its held-back pairs are chosen by each pair's hash (its code version 4)
+#: stage after it since it writes the dev suite's pool of distractors (its code version 5)
 PINNED = {
     "smoke": {
         "raw_pairs": "ffd486c9455eb87f5bfebc49",
         "langid_filtered_pairs": "f66cdc52997a2e3f3f15a2cf",
         "length_filtered_pairs": "b75a2a2d6ccd2393ce59adb6",
-        "deduplicated_pairs": "de5a7571930d55303098a009",
-        "sentencepiece_model": "036cefedfa887f7bd3dadbf2",
-        "training_data": "06e2dd950a178c843478ebf1",
-        "multi_pairs": "50af7d44b51a1f1b4b8ab705",
-        "multi_sentencepiece_model": "d1f6ca15275798cc688423fd",
-        "multi_training_data": "bc43368d15b4a7383cec37f9",
+        "deduplicated_pairs": "62a59fb335fa4f30622ceea8",
+        "sentencepiece_model": "1d1a4d214477e5cb2604d444",
+        "training_data": "6c65d697a0cfea76ef01812b",
+        "multi_pairs": "0b29d06f4200be6b1fc2d50c",
+        "multi_sentencepiece_model": "3c0a9028a18ca106fce871e7",
+        "multi_training_data": "271311b09b8a4bbe9c6affdd",
     },
     "settings": {
         "raw_pairs": "ffd486c9455eb87f5bfebc49",
         "langid_filtered_pairs": "99f1ebfc9e75fe410a2fa110",
         "length_filtered_pairs": "4f578e60fcb6e12bb4b1c098",
-        "deduplicated_pairs": "ae1e311959ac2859f2e097b9",
-        "sentencepiece_model": "8ea81305ec8ed9ee4f06598f",
-        "training_data": "bfcca21fb51f00ca124dbaa2",
-        "multi_pairs": "2899d21f5a3765147730c712",
-        "multi_sentencepiece_model": "3f995af1a37295c2e3496b72",
-        "multi_training_data": "fd854b67bc2fd05c52b723f7",
+        "deduplicated_pairs": "cdab644793fbea03002a0534",
+        "sentencepiece_model": "24298dfe4cd3c3b789c6832c",
+        "training_data": "63befb806148f85617fbc2c1",
+        "multi_pairs": "3918970d91c00156d91918c6",
+        "multi_sentencepiece_model": "44067da2496776b2817b5637",
+        "multi_training_data": "fa9226eb5fb1282059ec50e7",
     },
 }
 
@@ -142,12 +142,12 @@ class _FrozenClock:
 MODEL_STAGES = ("psp_model", "model_evaluation")
 MULTI_MODEL_STAGES = ("multi_psp_model", "multi_evaluation")
 #: the model stages' fingerprints (smoke profile) before the asset layer was refactored; all
-#: since deduplicated_pairs' held-back pairs are chosen by each pair's hash (its code version 4)
+#: since deduplicated_pairs writes the dev suite's pool of distractors (its code version 5)
 PINNED_MODELS = {
-    "psp_model": "9e52b0bf1916a7fb44dea13f",
-    "model_evaluation": "dc20acb185bc8bf1a39c69a6",
-    "multi_psp_model": "513a9ff196cc207b38a43004",
-    "multi_evaluation": "668f6767132b2df10cd77148",
+    "psp_model": "9ada32bcfa0190d819a5893c",
+    "model_evaluation": "2dfbc9b1d1a9544747457cec",
+    "multi_psp_model": "3d8205363e8c7a9b8eea8115",
+    "multi_evaluation": "18392b88547085f3de2042a3",
 }
 
 

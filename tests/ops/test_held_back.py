@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.held_back import held_back_rate, hold_back
+from ops.held_back import POOL_FACTOR, held_back_rate, hold_back
 from ops.pair_files import PairWriter, iter_pairs
 
 
@@ -127,3 +127,26 @@ def test_a_tiny_file_keeps_most_pairs_for_training(tmp_path) -> None:
         == 12
     )
     assert len(list(iter_pairs(train))) == report.n_out >= 6
+
+
+def test_the_pool_is_training_pairs_below_ten_times_the_rate_and_stays_as_pairs_arrive(
+    tmp_path,
+) -> None:
+    """The dev suite's distractors: training pairs only (none shares a held-back sentence),
+    about POOL_FACTOR times as many as are held back, chosen by their own key, so new pairs
+    leave every pooled pair in the pool (within a doubling)."""
+    pairs = corpus(4000)
+    write_pairs(tmp_path / "in.parquet", pairs)
+    train, dev, pool = (tmp_path / f"{name}.parquet" for name in ("train", "dev", "pool"))
+    report = hold_back(tmp_path / "in.parquet", train, dev, pool_output=pool, rate=0.01)
+    held, kept, pooled = (set(iter_pairs(path)) for path in (dev, train, pool))
+    assert pooled <= kept and report.notes["dev_pool"] == len(pooled)
+    # keys below 10x the rate, less the held-back ones and those sharing their sentences
+    assert 0.6 * POOL_FACTOR * len(held) < len(pooled) < 1.2 * POOL_FACTOR * len(held)
+    grown = corpus(4000) + distinct_pairs(400, seed=3)
+    random.Random(2).shuffle(grown)
+    write_pairs(tmp_path / "grown.parquet", grown)
+    again = tmp_path / "pool-again.parquet"
+    hold_back(tmp_path / "grown.parquet", train, dev, pool_output=again, rate=0.01)
+    pooled_again = set(iter_pairs(again))
+    assert pooled <= pooled_again and len(pooled_again - pooled) > 0

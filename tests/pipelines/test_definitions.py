@@ -234,7 +234,7 @@ ASSET_DECLARATIONS = {
     "raw_pairs": ("1", ("parquet",), ("io_manager", "opus", "paranmt", "storage"), ("force", "opus_versions"), True),
     "langid_filtered_pairs": ("2", ("parquet",), ("compute", "io_manager", "langid", "storage"), ("force", "threshold"), False),
     "length_filtered_pairs": ("1", ("parquet",), ("io_manager", "storage"), ("force",), False),
-    "deduplicated_pairs": ("4", ("parquet",), ("compute", "io_manager", "storage"), ("force",), False),
+    "deduplicated_pairs": ("5", ("parquet",), ("compute", "io_manager", "storage"), ("force",), False),
     "retrain_plan": ("1", ("parquet",), ("io_manager", "storage"), ("force", "retrain"), False),
     "sentencepiece_model": ("1", ("sentencepiece",), ("compute", "io_manager", "profile", "storage"), ("force", "input_sentence_size", "vocab_size"), False),
     "training_data": ("1", ("hdf5",), ("compute", "io_manager", "storage"), ("force", "seed"), False),
