@@ -140,16 +140,22 @@ class RetrainSettings:
     """How the pipeline retrains a language's model (:mod:`assets.retrain_plan`): with
     ``retrain: auto``, a full retrain after ``full_every`` incremental versions in a row; an
     incremental retrain replays seen pairs so that they make ``replay_share`` of its training
-    pairs. The defaults are provisional (docs/lifecycle.md, "Incremental retraining")."""
+    pairs, at ``lr_scale`` times the learning rate of a full training (unless the run sets
+    ``lr``): its optimizer starts afresh on weights already trained, and at the full rate the
+    chain of versions forgets what it learnt. The defaults were chosen on weeks of arriving
+    bitext (benchmarks/RESULTS.md#retrain-weeks)."""
 
     full_every: int = 4
     replay_share: float = 0.5
+    lr_scale: float = 0.2
 
     def __post_init__(self) -> None:
         if self.full_every < 1:
             raise ValueError(f"full_every must be >= 1, got {self.full_every}")
         if not 0.0 <= self.replay_share < 1.0:
             raise ValueError(f"replay_share must be in [0, 1), got {self.replay_share}")
+        if not 0.0 < self.lr_scale <= 1.0:
+            raise ValueError(f"lr_scale must be in (0, 1], got {self.lr_scale}")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ incremental retrain (:mod:`assets.retrain_plan`) starts from its parent version'
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -317,13 +317,15 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         device=compute.device,
         num_threads=compute.threads,
     )
-    dev = dev_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
-    selection, dev_evaluator = _model_selection(context, config, eval_data.path(), dev)
-    settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)
     retrain = current_plan(run)
     parent = None
     if retrain is not None and retrain.record["mode"] == "incremental":
         parent = model_registry(storage, spec.code).version(retrain.record["parent"])
+        if config.lr is None:  # (the registry's scale of a full training's rate)
+            train_config = replace(train_config, lr=train_config.lr * spec.retrain.lr_scale)
+    dev = dev_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
+    selection, dev_evaluator = _model_selection(context, config, eval_data.path(), dev)
+    settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)
     key = {
         "stage": stage.name,
         # this stage's code version also for the multilingual model (whose asset has its own)

@@ -36,7 +36,7 @@ Prints one JSON object: per variant, per week, the two chains side by side (mean
 seeds and per seed), and the summary the goals are judged on: the incremental training seconds
 as a share of the full retrain's, the dev-mean gap at the last week, the largest fall of an
 incremental version below the version it replaced, the gate's tolerance
-(benchmarks/RESULTS.md#incremental-retrain).
+(benchmarks/RESULTS.md#retrain-weeks).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import xxhash
 import yaml
 from dagster import DagsterInstance, materialize
 
+from assets.languages import RetrainSettings
 from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.stage import read_manifest
@@ -162,6 +163,10 @@ def test_new_bitext_trains_incrementally_from_the_promoted_version(world: dict):
     )
     training = json.loads((v2.bundle / "config.json").read_text())["training"]
     assert training["init_from"]["embeddings_xxh3_128"] == table_checksum(v1.bundle)
+    # at the registry's share of a full training's rate (the first version's)
+    first = json.loads((v1.bundle / "config.json").read_text())["training"]
+    scale = RetrainSettings().lr_scale
+    assert training["config"]["lr"] == pytest.approx(first["config"]["lr"] * scale)
     # the steps follow the new data: one epoch of the new and replayed pairs
     assert model["steps"] <= -(-len(trained_on) // 32)
     # the lineage's pairs: the parent's and the new ones
@@ -330,6 +335,10 @@ def test_a_killed_incremental_retrain_resumes_with_the_same_lineage(world: dict)
     )
     training = json.loads((v2.bundle / "config.json").read_text())["training"]
     assert training["init_from"]["embeddings_xxh3_128"] == table_checksum(v1.bundle)
+    # at the registry's share of a full training's rate (the first version's)
+    first = json.loads((v1.bundle / "config.json").read_text())["training"]
+    scale = RetrainSettings().lr_scale
+    assert training["config"]["lr"] == pytest.approx(first["config"]["lr"] * scale)
 
 
 MULTI_REGISTRY = REGISTRY + '\n[multi]\nlanguages = ["de", "en"]\n'

@@ -207,6 +207,11 @@ def test_a_broken_language_table_breaks_only_that_language(
     assert str(error.value) == registry.errors[code]
 
 
+def test_an_incremental_retrains_rate_is_a_registry_setting() -> None:
+    registry = parse_registry("[defaults.retrain]\nlr_scale = 0.5\n" + VALID_PT, Path("x.toml"))
+    assert {registry[code].retrain.lr_scale for code in registry.codes} == {0.5}
+
+
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
@@ -221,6 +226,7 @@ def test_a_broken_language_table_breaks_only_that_language(
             "[defaults.filters]: language-ID rule 'other_language': other_p must be",
         ),
         ("[defaults]\ntraining = 3\n" + VALID_PT, "[defaults.training]: expected a table"),
+        ("[defaults.retrain]\nlr_scale = 0\n" + VALID_PT, "lr_scale must be in (0, 1], got 0"),
         (
             '[languages.de]\nsource = "ftp"\n[languages.fr]\nsource = "local"\n',
             "no usable language; fix these tables:\nlanguages.toml [languages.de]: source must "
