@@ -19,7 +19,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,10 @@ class RetrainSettings:
     full_every: int = 4
     replay_share: float = 0.5
     lr_scale: float = 0.2
+    #: ``"multi"``: a full retrain of a language's model starts from the promoted multilingual
+    #: model's weights and vocabulary (from random weights and a vocabulary of its own where
+    #: there is none); None: from random weights (benchmarks/RESULTS.md#init-from-multi)
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.full_every < 1:
@@ -156,6 +160,16 @@ class RetrainSettings:
             raise ValueError(f"replay_share must be in [0, 1), got {self.replay_share}")
         if not 0.0 < self.lr_scale <= 1.0:
             raise ValueError(f"lr_scale must be in (0, 1], got {self.lr_scale}")
+        if self.init_from not in (None, "multi"):
+            raise ValueError(f'init_from must be "multi" or absent, got {self.init_from!r}')
+
+    def plan_settings(self) -> dict:
+        """The settings that decide a retrain plan (``init_from`` only where it is set: a plan
+        of a registry that never set it keeps its fingerprint)."""
+        settings = asdict(self)
+        if settings["init_from"] is None:
+            del settings["init_from"]
+        return settings
 
 
 @dataclass(frozen=True)
@@ -486,11 +500,11 @@ def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) ->
         {**defaults.get("promotion", {}), **_table(table.get("promotion", {}), where)},
         f"{where}.promotion",
     )
-    retrain = _settings(
-        RetrainSettings,
-        {**defaults.get("retrain", {}), **_table(table.get("retrain", {}), where)},
-        f"{where}.retrain",
-    )
+    if "init_from" in _table(table.get("retrain", {}), where):
+        raise RegistryError(f"{where}.retrain: init_from is a language's setting")
+    own = {**defaults.get("retrain", {}), **_table(table.get("retrain", {}), where)}
+    own.pop("init_from", None)  # (the multilingual model starts from no model)
+    retrain = _settings(RetrainSettings, own, f"{where}.retrain")
     return MultiSpec(
         tuple(languages), float(alpha), pretokenizer, sentencepiece, training, promotion, retrain
     )

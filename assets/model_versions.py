@@ -186,18 +186,26 @@ def gate_metadata(
     return metadata
 
 
-def full_retrain(promoted: Version | None, n_pairs: int, *, why: str | None = None) -> dict:
-    """The ``retrain`` entry of a version trained from scratch on the ``n_pairs`` pairs of its
-    training file: no parent (its weights continue no version's), every pair new to it. ``why``
+def full_retrain(
+    promoted: Version | None,
+    n_pairs: int,
+    *,
+    why: str | None = None,
+    multi_start: str | None = None,
+) -> dict:
+    """The ``retrain`` entry of a version trained on every one of the ``n_pairs`` pairs of its
+    training file, from scratch or (``multi_start``) from a multilingual version's weights and
+    vocabulary: no parent (it continues no version of its own), every pair new to it. ``why``
     a full retrain rather than an incremental one (the retrain plan's reason), if said; the
     version promoted when it was trained, if any, is named in the reason: the one the gate
     compares it with."""
+    start = "from scratch" if multi_start is None else f"from the multilingual model {multi_start}"
     if promoted is None:
-        reason = "no promoted version: trained from scratch"
+        reason = f"no promoted version: trained {start}"
     else:
         why = why or "the pipeline's retrain"
         reason = (
-            f"trained from scratch on every pair ({why}); the promoted version {promoted.id} "
+            f"trained {start} on every pair ({why}); the promoted version {promoted.id} "
             "is what the gate compares it with"
         )
     return retrain_record("full", parent=None, new_pairs=n_pairs, replay_pairs=0, reason=reason)

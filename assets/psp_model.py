@@ -15,7 +15,7 @@ from dagster import AssetExecutionContext, Failure, MetadataValue
 import psp_core  # its model and trainer (torch) are imported when a step runs
 from assets.catalog import MODEL_GROUP
 from assets.config import TrainingConfig
-from assets.languages import LanguageSpec
+from assets.languages import MULTI, LanguageSpec
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
@@ -165,8 +165,13 @@ class ModelTraining:
     promoted_at_start: Version | None = None
     #: the language's retrain plan (None: a full retrain, the multilingual model's)
     retrain: Manifest | None = None
-    #: the version an incremental retrain continues
+    #: the version whose weights the training starts from: the one an incremental retrain
+    #: continues, or the multilingual version a full retrain starts from
     parent: Version | None = None
+
+    @property
+    def incremental(self) -> bool:
+        return self.retrain is not None and self.retrain.record["mode"] == "incremental"
 
     def train_version(self, bundle_path: Path) -> dict:
         """Train into ``bundle_path`` (a new version's folder) and return the version's record,
@@ -224,7 +229,7 @@ class ModelTraining:
         """The vocabulary's fit on held-back pairs of its time (text it never saw): what a
         later retrain compares new pairs with. An incremental version keeps its parent's
         vocabulary, and so its parent's reference."""
-        if self.parent is not None and self.parent.info.get("vocabulary_fit"):
+        if self.incremental and self.parent.info.get("vocabulary_fit"):
             return self.parent.info["vocabulary_fit"]
         sentences = reference_sentences(
             list(self.dev.held_back.values()), make_pretokenizer(self.spec.pretokenizer)
@@ -249,7 +254,8 @@ class ModelTraining:
             )
         # (a plan reused from a run before the promoted version existed says nothing new)
         why = plan.get("reason") if plan.get("rule") not in (None, "no_promoted") else None
-        return full_retrain(self.promoted_at_start, n_pairs, why=why)
+        start = self.parent.id if self.parent is not None else None
+        return full_retrain(self.promoted_at_start, n_pairs, why=why, multi_start=start)
 
     def _train(self, bundle_path: Path, checkpoint: Path, curve: LossCurve):
         self.context.log.info(
@@ -271,7 +277,12 @@ class ModelTraining:
             try:
                 return training()
             except InitFromMismatchError as error:  # (the profile's dim changed, say)
-                raise Failure(f"{error}; or run retrain_plan with retrain: full") from error
+                remedy = (
+                    "run retrain_plan with retrain: full"
+                    if self.incremental
+                    else "remove init_from from the registry's [retrain] table"
+                )
+                raise Failure(f"{error}; or {remedy}") from error
             except (
                 psp_core.training.CheckpointMismatchError,
                 psp_core.training.CheckpointDamagedError,
@@ -323,6 +334,8 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         parent = model_registry(storage, spec.code).version(retrain.record["parent"])
         if config.lr is None:  # (the registry's scale of a full training's rate)
             train_config = replace(train_config, lr=train_config.lr * spec.retrain.lr_scale)
+    elif retrain is not None and retrain.record.get("init_from"):
+        parent = model_registry(storage, MULTI).version(retrain.record["init_from"])
     dev = dev_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), dev)
     settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)

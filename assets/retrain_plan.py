@@ -25,14 +25,15 @@ was trained on these same deduplicated pairs, in which case the candidate it was
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import zlib
-from dataclasses import asdict
 
 from dagster import Failure, MetadataValue
 
 from assets.config import RetrainConfig
+from assets.languages import MULTI
 from assets.metadata import common_metadata
 from assets.model_versions import model_registry
 from assets.stage import Manifest, StageInputMissing
@@ -134,7 +135,7 @@ def plan(run: StageRun) -> Plan:
     pairs = run.upstream("deduplicated_pairs")
     registry = model_registry(run.storage, run.spec.code)
     candidate = candidate_parent(registry, pairs.fingerprint)
-    settings = asdict(run.spec.retrain)
+    settings = run.spec.retrain.plan_settings()
 
     def compute() -> tuple[dict, dict]:
         started = time.perf_counter()
@@ -148,12 +149,35 @@ def plan(run: StageRun) -> Plan:
         else:
             outputs, more = _full(run, pairs, *decided)
         record |= more
-        run.context.log.info("retrain: %s (%s)", record["mode"], record["reason"])
+        if record["mode"] == "full" and settings.get("init_from") == MULTI:
+            record |= multi_start(run)
+        start = f"; {record['init_from_reason']}" if "init_from_reason" in record else ""
+        run.context.log.info("retrain: %s (%s%s)", record["mode"], record["reason"], start)
         record["seconds"] = round(time.perf_counter() - started, 3)
         return outputs, record
 
     key = {"upstream": pairs.fingerprint, "retrain": setting, "candidate": candidate}
     return Plan(key | {"settings": settings}, compute)
+
+
+def multi_start(run: StageRun) -> dict:
+    """Where a full retrain of a language's model starts when its registry says ``init_from =
+    "multi"``: ``{"init_from": id}`` of the promoted multilingual version, its reason appended
+    to the plan's; where there is none, or it cuts text another way (its pre-tokenizer), only
+    a reason: the retrain starts from random weights."""
+    multi = model_registry(run.storage, MULTI).promoted()
+    if multi is None:
+        return {"init_from_reason": "no promoted multilingual model: from random weights"}
+    pretokenizer = json.loads((multi.bundle / "config.json").read_text()).get("pretokenizer")
+    if (pretokenizer or "none") != run.spec.pretokenizer:
+        return {
+            "init_from_reason": f"the multilingual model {multi.id} pre-tokenizes with "
+            f"{pretokenizer}, this language with {run.spec.pretokenizer}: from random weights"
+        }
+    return {
+        "init_from": multi.id,
+        "init_from_reason": f"from the multilingual model {multi.id}'s weights and vocabulary",
+    }
 
 
 def _full(run: StageRun, pairs: Manifest, rule: str, reason: str, record: dict | None = None):
@@ -277,6 +301,8 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     }
     if "vocabulary_fit" in record:
         metadata["vocabulary_fit"] = MetadataValue.json(record["vocabulary_fit"])
+    if "init_from_reason" in record:
+        metadata["init_from"] = MetadataValue.text(record["init_from_reason"])
     return Report(metadata)
 
 

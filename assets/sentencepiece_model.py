@@ -8,6 +8,7 @@ from dataclasses import asdict
 from dagster import MetadataValue
 
 from assets.config import SentencepieceConfig
+from assets.languages import MULTI
 from assets.metadata import common_metadata
 from assets.model_versions import model_registry
 from assets.records import SentencepieceRecord, read_record
@@ -34,7 +35,9 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
     settings.update(run.resource("profile").settings(profile_asset, explicit))
     retrain = current_plan(run)
     if retrain is not None and retrain.record["mode"] == "incremental":
-        return _parent_vocabulary(run, retrain.record["parent"], settings)
+        return _parent_vocabulary(run, run.spec.code, retrain.record["parent"], settings)
+    if retrain is not None and retrain.record.get("init_from"):  # (the multilingual model's)
+        return _parent_vocabulary(run, MULTI, retrain.record["init_from"], settings)
 
     def compute() -> tuple[dict, dict]:
         started = time.perf_counter()
@@ -62,10 +65,11 @@ def _record(path, settings: dict, started: float) -> dict:
     }
 
 
-def _parent_vocabulary(run: StageRun, parent: str, settings: dict) -> Plan:
-    """The plan of an incremental retrain: the parent version's sentencepiece model, as it is
-    (the training file is encoded with it, the model continues its embedding rows)."""
-    registry = model_registry(run.storage, run.spec.code)
+def _parent_vocabulary(run: StageRun, code: str, parent: str, settings: dict) -> Plan:
+    """The plan of a retrain that continues a version (``code``'s: the language's own, or the
+    multilingual model's): that version's sentencepiece model, as it is (the training file is
+    encoded with it, the model continues its embedding rows)."""
+    registry = model_registry(run.storage, code)
 
     def compute() -> tuple[dict, dict]:
         started = time.perf_counter()

@@ -389,3 +389,46 @@ def test_the_multilingual_model_retrains_incrementally_too(world: dict, opus_ser
     )
     with TrainingFile(read_manifest(root / "multi" / "training_data").output("data")) as data:
         assert len(data) == plan["new_pairs"] + plan["replay_pairs"]
+
+
+FROM_MULTI_REGISTRY = MULTI_REGISTRY + '\n[languages.de.retrain]\ninit_from = "multi"\n'
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("registry_text", [FROM_MULTI_REGISTRY])
+def test_a_languages_model_can_start_from_the_multilingual_one(world: dict, opus_server):
+    """``init_from = "multi"``: without a multilingual model the language's model starts from
+    random weights (and says so); once one is promoted, a full retrain starts from its weights
+    and vocabulary, and the next new bitext continues the language's own version."""
+    from pipelines.definitions import defs
+
+    opus_server.add_file("/para-nmt-50m.zip", paranmt_zip(400))
+    root, resources = world["root"], world["resources"]
+    first = run(world)
+    plan = metadata_of(first, "retrain_plan")
+    assert plan["retrain_mode"] == "full" and "no promoted multilingual model" in plan["init_from"]
+    [own] = registry_of(root).versions()
+    assert "from scratch" in own.retrain["reason"]
+
+    prepare = [defs.get_assets_def(name) for name in PREPARE]
+    assert materialize(prepare, partition_key="en", resources=resources).success
+    multi = [defs.get_assets_def(name) for name in MULTI]
+    assert materialize(multi, resources=resources, run_config=SMOKE).success
+    [multi_version] = ModelRegistry(root / "multi" / "psp_model").versions()
+
+    second = run(world, with_config("retrain_plan", retrain="full"))
+    plan = metadata_of(second, "retrain_plan")
+    assert plan["retrain_mode"] == "full" and multi_version.id in plan["init_from"]
+    started = registry_of(root).versions()[-1]
+    assert started.retrain["parent"] is None and multi_version.id in started.retrain["reason"]
+    assert sha256_file(started.bundle / "sentencepiece.model") == sha256_file(
+        multi_version.bundle / "sentencepiece.model"
+    )
+    training = json.loads((started.bundle / "config.json").read_text())["training"]
+    assert training["init_from"]["embeddings_xxh3_128"] == table_checksum(multi_version.bundle)
+
+    drop_into_inbox(root, "week2", *english_german(300, seed=77))
+    third = run(world)
+    plan = metadata_of(third, "retrain_plan")
+    assert (plan["retrain_mode"], plan["retrain_parent"]) == ("incremental", started.id)
+    assert "init_from" not in plan  # (an incremental retrain continues its own version)

@@ -228,6 +228,10 @@ def test_an_incremental_retrains_rate_is_a_registry_setting() -> None:
         ("[defaults]\ntraining = 3\n" + VALID_PT, "[defaults.training]: expected a table"),
         ("[defaults.retrain]\nlr_scale = 0\n" + VALID_PT, "lr_scale must be in (0, 1], got 0"),
         (
+            '[defaults.retrain]\ninit_from = "fr"\n' + VALID_PT,
+            'init_from must be "multi" or absent',
+        ),
+        (
             '[languages.de]\nsource = "ftp"\n[languages.fr]\nsource = "local"\n',
             "no usable language; fix these tables:\nlanguages.toml [languages.de]: source must "
             "be one of",
@@ -311,6 +315,7 @@ def test_the_multilingual_model_is_a_registry_setting() -> None:
         ("sampling_alpha = 2", "[multi]: sampling_alpha must be a number in [0, 1]"),
         ("alpha = 0.5", "[multi]: unknown keys ['alpha']"),
         ('pretokenizer = "mecab"', "[multi]: pretokenizer must be one of"),
+        ('[multi.retrain]\ninit_from = "multi"', "[multi].retrain: init_from is a language's"),
     ],
 )
 def test_a_broken_multi_table_is_a_clear_error(multi: str, message: str) -> None:
