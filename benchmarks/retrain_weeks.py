@@ -170,11 +170,16 @@ def registry_file(path: Path, bitext: Path, args, seed: int, replay: float | Non
     block = re.match(r"(?:[^\[\n].*\n|\n)*", tail).group()  # up to the next table
     rest = tail[len(block) :]
     block, found = re.subn(r"^seed = \d+$", f"seed = {seed}", block, count=1, flags=re.MULTILINE)
-    if not table or not found or f"[languages.{LANG}.retrain]" in text:
+    if not table or not found:
         raise SystemExit(f"{_common.OFFLINE_REGISTRY}: no [defaults.training] seed to set")
     seeded = head + table + block + rest
-    if replay is not None:
-        seeded += f"\n[languages.{LANG}.retrain]\nreplay_share = {replay}\n"
+    if replay is not None:  # (into de's own [retrain] table where the registry has one)
+        header = f"[languages.{LANG}.retrain]\n"
+        line = f"replay_share = {replay}\n"
+        if header in seeded:
+            seeded = seeded.replace(header, header + line, 1)
+        else:
+            seeded += f"\n{header}{line}"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.is_file() or path.read_text() != seeded:
         write_text(path, seeded.splitlines())

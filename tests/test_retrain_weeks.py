@@ -84,6 +84,7 @@ def test_a_chain_registry_seeds_the_training_and_sets_the_replay_share(tmp_path:
     path = weeks.registry_file(tmp_path / "inc" / "languages.toml", bitext, args, 7, 0.25)
     spec = load_registry(path).languages["de"]
     assert spec.retrain.replay_share == 0.25 and spec.training["seed"] == 7
+    assert spec.retrain.init_from == "multi"  # (de's own [retrain] table kept)
     assert Path(spec.local_dir) == bitext
     full = load_registry(weeks.registry_file(tmp_path / "full.toml", bitext, args, 3, None))
     assert full.languages["de"].training["seed"] == 3
