@@ -147,7 +147,7 @@ class RetrainSettings:
 
     full_every: int = 4
     replay_share: float = 0.5
-    lr_scale: float = 0.2
+    lr_scale: float = 0.3
     #: ``"multi"``: a full retrain of a language's model starts from the promoted multilingual
     #: model's weights and vocabulary (from random weights and a vocabulary of its own where
     #: there is none); None: from random weights (benchmarks/RESULTS.md#init-from-multi)
