@@ -25,7 +25,6 @@ was trained on these same deduplicated pairs, in which case the candidate it was
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import zlib
@@ -45,7 +44,7 @@ from ops.pair_lineage import (
     vocabulary_fit,
     write_pair_keys,
 )
-from psp_core.models.bundle import SPM_FILE
+from psp_core.models.bundle import SPM_FILE, read_config
 from psp_core.models.registry import ModelRegistry, RegistryError, Version, last_decision
 
 CODE_VERSION = "1"
@@ -168,8 +167,8 @@ def multi_start(run: StageRun) -> dict:
     multi = model_registry(run.storage, MULTI).promoted()
     if multi is None:
         return {"init_from_reason": "no promoted multilingual model: from random weights"}
-    pretokenizer = json.loads((multi.bundle / "config.json").read_text()).get("pretokenizer")
-    if (pretokenizer or "none") != run.spec.pretokenizer:
+    pretokenizer = read_config(multi.bundle).pretokenizer
+    if pretokenizer != run.spec.pretokenizer:
         return {
             "init_from_reason": f"the multilingual model {multi.id} pre-tokenizes with "
             f"{pretokenizer}, this language with {run.spec.pretokenizer}: from random weights"

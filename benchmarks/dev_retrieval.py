@@ -78,10 +78,10 @@ def pool_pairs(path: Path, n_in: int, factor: float) -> tuple[list[str], list[st
     import numpy as np
 
     from ops.corpus_caps import sample_keys
-    from ops.held_back import DEFAULT_SEED, held_back_rate, key_threshold
+    from ops.held_back import DEFAULT_SEED, held_back_rate, pool_threshold
     from ops.pair_files import iter_pair_batches
 
-    threshold = key_threshold(min(1.0, held_back_rate(n_in) * factor))
+    threshold = pool_threshold(held_back_rate(n_in), factor)
     english, other = [], []
     for batch in iter_pair_batches(path):
         chosen = np.flatnonzero(sample_keys(batch, DEFAULT_SEED) < threshold)

@@ -65,6 +65,12 @@ def key_threshold(rate: float) -> np.uint64:
     return np.uint64(min(int(rate * 2.0**64), 2**64 - 1))
 
 
+def pool_threshold(rate: float, factor: float = POOL_FACTOR) -> np.uint64:
+    """The pair keys below which a training pair is in the dev suite's pool, for a corpus held
+    back at ``rate``: ``factor`` times the rate (all the pairs where that reaches 1)."""
+    return key_threshold(min(1.0, rate * factor))
+
+
 def hold_back(
     input: str | Path,
     train_output: str | Path,
@@ -82,7 +88,7 @@ def hold_back(
     ``dev_pool`` counts the pool's pairs (kept for training too)."""
     n_pairs = pair_file_info(input)[0]
     rate = held_back_rate(n_pairs) if rate is None else rate
-    thresholds = (key_threshold(rate), key_threshold(min(1.0, rate * POOL_FACTOR)))
+    thresholds = (key_threshold(rate), pool_threshold(rate))
     report = StageReport("hold_back")
     with PairWriter.like(input, dev_output) as dev:
         held_rows, pool_rows, sentences = _write_held_back(input, dev, thresholds, seed)
