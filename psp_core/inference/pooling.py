@@ -2,18 +2,20 @@
 
 Sentence ``i`` is ``ids[offsets[i]:offsets[i + 1]]`` (CSR rows, see
 :mod:`psp_core.tokenization.csr`) with one weight per id; a mean is the sum weighted by
-1/length. Three implementations give the same sums to float32 rounding, the first installed is
-used (fastest first, benchmarks/RESULTS.md#light-install):
+1/length. Four implementations give the same sums to float32 rounding, the first installed is
+used (benchmarks/RESULTS.md#light-install):
 
 * ``torch``: torch's ``embedding_bag`` in sum mode with per-sample weights (torch comes with
-  the ``[train]`` extra);
+  the ``[train]`` extra; it sums on several threads where asked, see :func:`set_threads`);
+* ``compiled``: this package's own loop in C (``_sums.c``, built when the package is
+  installed where a C compiler is found): as fast as torch on one thread, without torch;
 * ``scipy``: scipy's product of a sparse matrix (one row per sentence, its ids as columns, its
-  weights as values) with the table;
+  weights as values) with the table: the plain install's path where nothing could be compiled;
 * ``numpy``: per sentence, its weights times its gathered rows (a Python loop over sentences).
 
-A call of fewer than :data:`FEW_SENTENCES` sentences takes the numpy loop unless torch is
-already imported: as fast on so few, and ``psp embed`` of a line does not pay for importing
-torch or scipy (benchmarks/RESULTS.md#light-install).
+A call of fewer than :data:`FEW_SENTENCES` sentences does not import torch or scipy for itself
+(``psp embed`` of a line does not pay for importing them): it takes torch only where torch is
+already imported, else the compiled loop, else the numpy loop.
 """
 
 from __future__ import annotations
@@ -52,6 +54,26 @@ def _torch_sums(table, ids, offsets, weights, out) -> None:
         ).numpy()
 
 
+COMPILED_MODULE = "psp_core.inference._sums"
+
+
+def _compiled_sums(table, ids, offsets, weights, out) -> None:
+    compiled = _optional(COMPILED_MODULE)
+    if table.dtype != np.float32:  # (the loop reads float32: convert the rows it needs)
+        table, ids = table[ids].astype(np.float32), np.arange(len(ids), dtype=np.int64)
+    direct = out.dtype == np.float32 and out.flags.c_contiguous
+    target = out if direct else np.empty(out.shape, dtype=np.float32)
+    compiled.weighted_sums(
+        np.ascontiguousarray(table),
+        np.ascontiguousarray(ids, dtype=np.int64),
+        np.ascontiguousarray(offsets, dtype=np.int64),
+        np.ascontiguousarray(weights, dtype=np.float32),
+        target,
+    )
+    if not direct:
+        out[:] = target
+
+
 def _scipy_sums(table, ids, offsets, weights, out) -> None:
     sparse = _optional("scipy.sparse")
     if table.dtype != np.float32:  # (scipy would convert the whole table on every call)
@@ -71,12 +93,13 @@ def _numpy_sums(table, ids, offsets, weights, out) -> None:
             out[i] = 0
 
 
-#: below this many sentences in a call, the numpy loop rather than scipy (see above)
+#: below this many sentences in a call, torch only where already imported (see above)
 FEW_SENTENCES = 16
 
-#: the implementations, fastest first, each with the module it needs
+#: the implementations in the order they are preferred, each with the module it needs
 IMPLEMENTATIONS = {
     "torch": ("torch", _torch_sums),
+    "compiled": (COMPILED_MODULE, _compiled_sums),
     "scipy": ("scipy.sparse", _scipy_sums),
     "numpy": ("numpy", _numpy_sums),
 }
@@ -104,15 +127,16 @@ def weighted_sums(
     if count == 0:
         return out
     if count < FEW_SENTENCES and "torch" not in sys.modules:
-        _numpy_sums(table, ids, offsets, weights, out)
+        few = _compiled_sums if _optional(COMPILED_MODULE) else _numpy_sums
+        few(table, ids, offsets, weights, out)
     else:
         IMPLEMENTATIONS[backend()][1](table, ids, offsets, weights, out)
     return out
 
 
 def set_threads(count: int) -> int:
-    """Let the averaging use ``count`` threads; returns the count before. (scipy's product and
-    the numpy loop run on one thread: nothing to set without torch.)"""
+    """Let the averaging use ``count`` threads; returns the count before. (The compiled loop,
+    scipy's product and the numpy loop run on one thread: nothing to set without torch.)"""
     torch = torch_module()
     if torch is None:
         return 1

@@ -57,3 +57,64 @@ def test_weighted_sums_uses_the_first_implementation_installed() -> None:
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, _expected(table, ids, offsets, weights), atol=1e-5)
     assert pooling.weighted_sums(table, ids[:0], offsets[:1], weights[:0]).shape == (0, 24)
+
+
+def _compiled():
+    return pytest.importorskip(pooling.COMPILED_MODULE, reason="the compiled sums were not built")
+
+
+@pytest.mark.parametrize("dim", [1, 63, 64, 65, 1031])
+def test_the_compiled_loop_sums_every_width_and_into_any_out(dim) -> None:
+    """Widths below, at and past its block of columns; ``out`` float16 or a strided view (the
+    loop writes a float32 copy then)."""
+    _compiled()
+    table, ids, offsets, weights = _bags(seed=dim, vocab=500)
+    table = np.random.default_rng(dim).standard_normal((500, dim), dtype=np.float32)
+    want = _expected(table, ids, offsets, weights)
+    sums = pooling.IMPLEMENTATIONS["compiled"][1]
+    for out in (
+        np.full((len(offsets) - 1, dim), np.nan, dtype=np.float32),
+        np.full((len(offsets) - 1, dim), np.nan, dtype=np.float16),
+        np.full((len(offsets) - 1, 2 * dim), np.nan, dtype=np.float32)[:, ::2],
+    ):
+        sums(table, ids, offsets, weights, out)
+        tolerance = 1e-2 if out.dtype == np.float16 else 1e-4
+        np.testing.assert_allclose(out, want, atol=tolerance, rtol=tolerance)
+
+
+def test_the_compiled_loop_refuses_what_would_read_outside_its_arrays() -> None:
+    """An id outside the table, offsets past the ids or decreasing, mismatched shapes and wrong
+    types are errors before any sum (``out`` is left as it was), never a read out of bounds."""
+    compiled = _compiled()
+    table, ids, offsets, weights = _bags(seed=2)
+    count, dim = len(offsets) - 1, table.shape[1]
+    out = np.full((count, dim), 7.0, dtype=np.float32)
+    bad_id = ids.copy()
+    bad_id[len(ids) // 2] = len(table)
+    negative = ids.copy()
+    negative[-1] = -1
+    past = offsets.copy()
+    past[-1] = len(ids) + 1
+    decreasing = offsets.copy()
+    decreasing[3], decreasing[4] = decreasing[4] + 1, decreasing[3]
+    cases = [
+        (IndexError, "outside the 300 rows", (table, bad_id, offsets, weights, out)),
+        (IndexError, "id -1", (table, negative, offsets, weights, out)),
+        (ValueError, "offsets outside", (table, ids, past, weights, out)),
+        (ValueError, "offsets decrease", (table, ids, decreasing, weights, out)),
+        (ValueError, "one per id", (table, ids, offsets, weights[:-1], out)),
+        (ValueError, "one more item", (table, ids, offsets, weights, out[:-1])),
+        (TypeError, "ids: expected", (table, ids.astype(np.int32), offsets, weights, out)),
+        (TypeError, "table: expected", (table.astype(np.float64), ids, offsets, weights, out)),
+        (TypeError, "weights: expected", (table, ids, offsets, weights[None], out)),
+    ]
+    for error, words, arguments in cases:
+        with pytest.raises(error, match=words):
+            compiled.weighted_sums(*arguments)
+    with pytest.raises((TypeError, BufferError, ValueError)):
+        compiled.weighted_sums(table, ids, offsets, weights, out[:, ::2])  # (not contiguous)
+    read_only = out.copy()
+    read_only.flags.writeable = False
+    with pytest.raises((TypeError, BufferError, ValueError)):
+        compiled.weighted_sums(table, ids, offsets, weights, read_only)
+    assert (out == 7.0).all()
