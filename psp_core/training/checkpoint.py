@@ -10,7 +10,9 @@ A checkpoint directory holds::
         optimizer.safetensors   optimizer moments and the torch RNG state(s)
         state.json              step, epoch, position in the epoch, the running loss and
                                 time of the epoch, history, best score, the optimizer's param
-                                groups, the fingerprint of the settings and the training file
+                                groups, the fingerprint of the settings and the training file,
+                                the size and xxh3_128 checksum of the two files above and of
+                                best.safetensors as last written
     best.safetensors   the table of the best epoch so far (model selection)
 
 Everything a resumed run needs to continue as if never stopped is there: weights, optimizer
@@ -20,10 +22,13 @@ disk, a quota, a file size limit) leaves no temporary files and raises
 :class:`CheckpointWriteError` naming the file. Its files get the umask's modes.
 
 Resuming takes the newest step directory that reads back whole (its ``state.json`` parses, its
-safetensors files load): a damaged one (a truncated copy, a disk that lost a write) or a
-``LATEST`` that names a missing step is a warning naming the file, and the step before it is
-used. When none reads back, :class:`CheckpointDamagedError` says why for each and how to start
-afresh; training never restarts at step 0 on its own while a step is there.
+safetensors files have the size and checksum it records, and load): a damaged one (a truncated
+copy, a disk that lost or changed a write) or a ``LATEST`` that names a missing step is a
+warning naming the file, and the step before it is used. When none reads back,
+:class:`CheckpointDamagedError` says why for each and how to start afresh; training never
+restarts at step 0 on its own while a step is there. A ``best.safetensors`` that no longer
+matches its record is found when the bundle is written: :meth:`CheckpointStore.load_best`
+raises :class:`CheckpointDamagedError` naming it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from safetensors.torch import load_file, save_file
 
 from psp_core.files.output_dirs import current_umask, replace_directory, umask_modes
 from psp_core.files.output_files import check_output_directory, os_error_code
+from psp_core.models.bundle import file_record
+from psp_core.models.bundle_config import CHECKSUM
 from psp_core.training.config import TrainConfig
 
 STATE_FILE = "state.json"
@@ -241,6 +248,25 @@ def _read_tensors(path: Path, shape=None) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def _verify_record(path: Path, record: Any) -> None:
+    """:class:`_DamagedStep` naming ``path`` when it is not the file ``record`` (its size and
+    checksum, from :func:`~psp_core.models.bundle.file_record`) describes."""
+    if not isinstance(record, dict) or CHECKSUM not in record or "bytes" not in record:
+        raise _DamagedStep(f"{path.parent / STATE_FILE}: no size and checksum of {path.name}")
+    try:
+        actual = file_record(path)
+    except FileNotFoundError:
+        raise _DamagedStep(f"{path} is missing") from None
+    except OSError as error:
+        raise _DamagedStep(f"{path}: cannot be read ({error})") from None
+    if actual != {"bytes": record["bytes"], CHECKSUM: record[CHECKSUM]}:
+        raise _DamagedStep(
+            f"{path}: {actual['bytes']} bytes with {CHECKSUM} {actual[CHECKSUM][:12]}..., but "
+            f"{record['bytes']} bytes with {str(record[CHECKSUM])[:12]}... when it was written "
+            "(damaged or changed since)"
+        )
+
+
 def is_checkpoint_directory(directory: str | Path) -> bool:
     """Whether everything in ``directory`` is a checkpoint store's own (``step-*``, ``LATEST``,
     ``best.safetensors`` and their temporaries): the marker that lets training write there and
@@ -273,6 +299,8 @@ class CheckpointStore:
         self.directory = Path(directory)
         #: the step directory :meth:`restore` resumed from
         self.resumed_from: Path | None = None
+        #: the size and checksum of ``best.safetensors`` as last written (saved or resumed)
+        self.best_record: dict[str, Any] | None = None
 
     @property
     def latest(self) -> Path | None:
@@ -328,7 +356,13 @@ class CheckpointStore:
         optim_tensors, optim_meta = _optimizer_to_tensors(optimizer)
         with _writing(final / OPTIMIZER_FILE, tmp):
             save_file({**optim_tensors, **_rng_tensors()}, str(tmp / OPTIMIZER_FILE))
-        payload = {"state": asdict(state), "optimizer": optim_meta, "fingerprint": fingerprint}
+        payload = {
+            "state": asdict(state),
+            "optimizer": optim_meta,
+            "fingerprint": fingerprint,
+            "files": {name: file_record(tmp / name) for name in (WEIGHTS_FILE, OPTIMIZER_FILE)},
+            "best": self.best_record,
+        }
         with _writing(final / STATE_FILE, tmp):
             (tmp / STATE_FILE).write_text(json.dumps(payload, indent=1))
             umask_modes(tmp)  # (safetensors writes its files 0600)
@@ -400,6 +434,10 @@ class CheckpointStore:
                 f"cannot resume from checkpoint {step}: {_mismatch(saved, fingerprint)}; "
                 f"delete {self.directory} or train without resuming (psp train --no-resume)"
             )
+        # (checkpoints of earlier releases have no records: their files are only loaded)
+        for name, record in (payload.get("files") or {}).items():
+            if name in (WEIGHTS_FILE, OPTIMIZER_FILE):
+                _verify_record(step / name, record)
         weights = _read_tensors(step / WEIGHTS_FILE, weight.shape)["embeddings"]
         tensors = _read_tensors(step / OPTIMIZER_FILE)
         try:
@@ -410,6 +448,7 @@ class CheckpointStore:
             raise _DamagedStep(message) from None
         with torch.no_grad():
             weight.copy_(weights.to(weight.device))
+        self.best_record = payload.get("best")
         known = {f.name for f in fields(TrainingState)}
         return TrainingState(**{k: v for k, v in payload["state"].items() if k in known})
 
@@ -423,10 +462,24 @@ class CheckpointStore:
                 metadata={"epoch": str(epoch), "score": repr(score)},
             )
             os.chmod(tmp, 0o666 & ~current_umask())  # (safetensors writes its files 0600)
+            record = file_record(tmp)
             os.replace(tmp, self.directory / BEST_FILE)
+        self.best_record = record
 
-    def load_best(self) -> torch.Tensor:
-        return load_file(str(self.directory / BEST_FILE))["embeddings"]
+    def load_best(self, shape) -> torch.Tensor:
+        """The best epoch's table, of ``shape``.
+
+        Raises:
+            CheckpointDamagedError: ``best.safetensors`` is missing, does not match the size and
+                checksum recorded when it was written, or does not load.
+        """
+        path = self.directory / BEST_FILE
+        try:
+            if self.best_record is not None:
+                _verify_record(path, self.best_record)
+            return _read_tensors(path, shape)["embeddings"]
+        except _DamagedStep as damaged:
+            raise CheckpointDamagedError(str(damaged)) from None
 
     def remove(self) -> None:
         """Remove the checkpoint directory, ``LATEST`` first (so that a kill part way leaves

@@ -27,6 +27,7 @@ from psp_core.models.model_card import CardFacts, model_card
 from psp_core.tokenization.tokenizer import Tokenizer, sha256_file
 from psp_core.training.checkpoint import (
     DATA_KEY,
+    CheckpointDamagedError,
     CheckpointStore,
     TrainingState,
     check_checkpoint_directory,
@@ -492,8 +493,19 @@ class _TrainingRun:
         with its model card."""
         state = self.state
         weights = self.model.weight.detach().cpu()
+        weights_epoch, best_lost = (state.epoch - 1 if state.epoch else None), None
         if best_epoch and state.best_epoch is not None:
-            weights = self.store.load_best()
+            try:
+                weights, weights_epoch = self.store.load_best(weights.shape), state.best_epoch
+            except CheckpointDamagedError as damaged:
+                # (the training is done and its final weights are whole: they are written,
+                # and the summary says why the selected epoch's are not)
+                best_lost = damaged.detail
+                log.warning(
+                    "the best epoch's table cannot be used (%s): the bundle gets the final "
+                    "epoch's weights instead",
+                    best_lost,
+                )
         summary = {
             "config": self.config.to_dict(),
             "world_size": self.distributed.world_size,
@@ -503,9 +515,12 @@ class _TrainingRun:
             "steps": state.step,
             "best_epoch": state.best_epoch,
             "best_score": state.best_score,
+            "weights_epoch": weights_epoch,
             "history": state.history,
             "device": str(self.device),
         }
+        if best_lost is not None:
+            summary["best_epoch_unavailable"] = best_lost
         if self.initial is not None:
             summary["init_from"] = self.initial.summary()
         bundle_config = self.bundle_config(summary)
