@@ -15,6 +15,9 @@ that imports. Three measurements, each path in processes of its own, taking turn
   with torch made unimportable (the compiled loop: a plain install), then with the compiled
   loop unimportable too (scipy: a plain install where nothing could be compiled), then with
   scipy unimportable as well (numpy);
+* ``kernel_sweep``: the compiled loop (``psp_core/inference/_sums.c``) built here with other
+  column blocks and prefetch distances (``KERNEL_VARIANTS``; a block as wide as the table is
+  no blocking), each against torch on the pooling workload, in one process taking turns;
 * ``one_line``: the wall time (and CPU time) of ``psp embed`` of one line into an ``.npy`` (the
   whole command: interpreter start, imports, model loading, writing) with the full install, and with torch and
   pandas made unimportable as in a plain install (pyarrow imports pandas where it is
@@ -129,6 +132,72 @@ def _reduceat_sums(table, ids, offsets, weights, out) -> None:
     out[:] = np.add.reduceat(rows, offsets[:-1], axis=0)
 
 
+# --- the compiled loop's block and prefetch distance ---------------------------------------------
+
+#: (columns summed in registers at a time, ids ahead whose rows are prefetched): the shipped
+#: choice first
+KERNEL_VARIANTS = ((64, 4), (64, 2), (64, 8), (32, 4), (128, 4), (256, 8), (1024, 4), (1024, 1))
+
+
+def build_kernel(block: int, prefetch: int, folder: Path):
+    """``_sums.c`` compiled with ``BLOCK`` and ``PREFETCH`` set, imported from ``folder``."""
+    import importlib.util
+    import os
+    import sysconfig
+
+    from psp_core.inference import pooling
+
+    source = Path(pooling.__file__).with_name("_sums.c")
+    target = folder / f"block{block}-ahead{prefetch}"
+    target.mkdir(parents=True, exist_ok=True)
+    library = target / f"_sums{sysconfig.get_config_var('EXT_SUFFIX')}"
+    flags = ["-O3", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}"]
+    flags += [f"-DBLOCK={block}", f"-DPREFETCH={prefetch}"]
+    compiler = os.environ.get("CC", "cc")
+    subprocess.run([compiler, *flags, str(source), "-o", str(library)], check=True)
+    spec = importlib.util.spec_from_file_location("_sums", library)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def kernel_sweep(args: argparse.Namespace, folder: Path) -> dict:
+    """Sentences/s of each ``KERNEL_VARIANTS`` build and of torch, medians of ``args.rounds``
+    rounds taking turns (1 thread, the pooling workload)."""
+    import numpy as np
+    import torch
+
+    from psp_core.inference import pooling
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((args.vocab_size, args.dim), dtype=np.float32)
+    count, length = args.sentences, 25
+    ids = rng.integers(0, args.vocab_size, count * length, dtype=np.int64)
+    offsets = np.arange(0, count * length + 1, length, dtype=np.int64)
+    weights = np.full(len(ids), 1 / length, dtype=np.float32)
+    out = np.empty((count, args.dim), dtype=np.float32)
+    paths = {"torch": pooling.IMPLEMENTATIONS["torch"][1]}
+    for block, prefetch in KERNEL_VARIANTS:
+        compiled = build_kernel(block, prefetch, folder)
+        paths[f"block {block}, {prefetch} ahead"] = compiled.weighted_sums
+    rates: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(max(args.rounds, 3) * 2 + 1):
+        for name, sums in paths.items():
+            started = time.perf_counter()
+            for start in range(0, count, embed_corpus.BATCH_SIZE):
+                stop = min(start + embed_corpus.BATCH_SIZE, count)
+                low, high = offsets[start], offsets[stop]
+                bag = offsets[start : stop + 1] - low
+                sums(table, ids[low:high], bag, weights[low:high], out[start:stop])
+            rates[name].append(count / (time.perf_counter() - started))
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    return {
+        name: {"median": round(rate), "vs_torch": round(rate / medians["torch"], 3)}
+        for name, rate in medians.items()
+    }
+
+
 # --- one line -----------------------------------------------------------------------------------
 
 
@@ -235,7 +304,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--light-venv", help="a virtual environment with a plain install")
     parser.add_argument("--one-line-repeats", type=int, default=5, help="per round")
     parser.add_argument(
-        "--only", choices=["pooling", "cold_corpus", "one_line"], help="one measurement alone"
+        "--only",
+        choices=["pooling", "cold_corpus", "kernel_sweep", "one_line"],
+        help="one measurement alone",
     )
     _common.add_quick_argument(
         parser,
@@ -261,6 +332,10 @@ def main(argv: list[str] | None = None) -> None:
         commands = {k: v for k, v in commands.items() if k.startswith(f"{args.only}/")}
         line_commands = line_commands if args.only == "one_line" else {}
     machine = _common.machine_info()
+    sweep = {}
+    if args.only in (None, "kernel_sweep"):
+        sweep = kernel_sweep(args, args.results_dir / "light-install-kernels")
+        log.info("kernel sweep: %s", sweep)
     rounds: dict[str, list] = {name: [] for name in commands}
     one_line: dict[str, list[tuple[float, float]]] = {name: [] for name in line_commands}
     for round_index in range(args.rounds):
@@ -281,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
             "machine": machine,
             "loadavg_at_end": _common.loadavg(),
             **summarize(rounds, one_line),
+            "kernel_sweep": sweep,
         }
     )
 

@@ -21,8 +21,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* (defined on the command line by benchmarks/light_install.py's sweep of both) */
+#ifndef BLOCK
 #define BLOCK 64
+#endif
+#ifndef PREFETCH
 #define PREFETCH 4
+#endif
 
 #if defined(__x86_64__) && defined(__GLIBC__) && \
     ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 6))
