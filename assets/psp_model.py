@@ -301,6 +301,9 @@ class ModelTraining:
             "steps": result.state.step,
             "best_epoch": result.state.best_epoch,
             "best_dev_score": result.state.best_score,
+            "best_epoch_unavailable": (bundle_config.get("training") or {}).get(
+                "best_epoch_unavailable"
+            ),
             # (the dev suite's STS 2017 track: the evaluation marks it dev, as STS-B's dev split)
             "dev_sts": DEV_FILES["sts17_en_en"] if selection == DEV_SUITE_SELECTION else selection,
             "model_selection": selection,
@@ -503,4 +506,6 @@ def training_metadata(record: ModelRecord) -> dict[str, MetadataValue]:
         metadata["best_dev_score"] = MetadataValue.float(round(float(record.best_dev_score), 2))
         # counted from 1, as the epochs table and chart count them
         metadata["best_epoch"] = MetadataValue.int(int(record.best_epoch) + 1)
+    if record.best_epoch_unavailable:  # (the bundle holds the final epoch's weights)
+        metadata["best_epoch_unavailable"] = MetadataValue.text(record.best_epoch_unavailable)
     return metadata

@@ -175,13 +175,16 @@ class MultiPairsRecord(PairCounts):
 @dataclass(frozen=True, kw_only=True)
 class ModelRecord(Record):
     """psp_model: the training's history (per epoch), steps, the epoch kept and its dev score
-    (None without model selection), the dev STS file or suite it selected on, the bundle's
-    sizes, the settings, its time and the version it is (absent in older manifests)."""
+    (None without model selection), why the bundle holds the final epoch's weights instead
+    where the kept epoch's table was found damaged, the dev STS file or suite it selected on,
+    the bundle's sizes, the settings, its time and the version it is (absent in older
+    manifests)."""
 
     history: list[dict[str, Any]] = field(default_factory=list)
     steps: int = 0
     best_epoch: int | None = None
     best_dev_score: float | None = None
+    best_epoch_unavailable: str | None = None
     dev_sts: str | None = None
     model_selection: str | None = None
     dim: int = 0

@@ -32,3 +32,17 @@ def test_without_model_selection_there_is_no_empty_dev_column() -> None:
     table = epochs_table(history(dev=False)).value
     assert "dev_score" not in [c.name for c in table.schema.columns]
     assert all("dev_score" not in r.data for r in table.records)
+
+
+def test_a_best_epoch_found_damaged_is_shown_beside_the_epoch_kept() -> None:
+    """When the kept epoch's table was damaged before the bundle was written, the bundle holds
+    the final epoch's weights and psp_model's metadata says why; otherwise there is no entry."""
+    from assets.psp_model import training_metadata
+    from assets.records import ModelRecord
+
+    common = dict(history=history(dev=True), steps=30, best_epoch=0, best_dev_score=80.1)
+    common.update(dim=8, vocab_size=100, seconds=1.0)
+    reason = "/c/best.safetensors: 10 bytes ... when it was written (damaged or changed since)"
+    damaged = training_metadata(ModelRecord(**common, best_epoch_unavailable=reason))
+    assert damaged["best_epoch_unavailable"].value == reason
+    assert "best_epoch_unavailable" not in training_metadata(ModelRecord(**common))
