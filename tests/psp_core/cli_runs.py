@@ -84,21 +84,25 @@ EXTRAS_MODULES = (
 )
 
 #: python -c WITHOUT MODULES CODES_FILE ARGV_LISTS_JSON: ``psp`` (``main``) run once per argument
-#: list in one process in which the comma-separated top-level MODULES cannot be imported (a
-#: finder first on ``sys.meta_path`` raises the ``ModuleNotFoundError`` a missing package
-#: gives); the exit codes go to CODES_FILE as JSON
+#: list in one process in which the comma-separated MODULES (and their submodules) cannot be
+#: imported (a finder first on ``sys.meta_path`` raises the ``ModuleNotFoundError`` a missing
+#: package gives); the exit codes go to CODES_FILE as JSON, and the sentence sums' backend to
+#: CODES_FILE.backend
 WITHOUT = """
 import json, sys
 blocked = set(sys.argv[1].split(","))
 class Blocked:
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in blocked:
+        if any(name == b or name.startswith(b + ".") for b in blocked):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, Blocked())
 from psp_core.cli.main import main
+from psp_core.inference.pooling import backend
 codes = [main(argv) for argv in json.loads(sys.argv[3])]
 with open(sys.argv[2], "w", encoding="utf-8") as handle:
     json.dump(codes, handle)
+with open(sys.argv[2] + ".backend", "w", encoding="utf-8") as handle:
+    handle.write(backend())
 """
 
 

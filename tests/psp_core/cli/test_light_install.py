@@ -1,8 +1,9 @@
 """A plain ``pip install`` of the package (no extras: no torch, h5py, Dagster, pandas, requests,
 Starlette...) embeds: ``psp embed``, ``psp score`` and ``psp info`` work in a process where the
 extras' modules cannot be imported, and give the vectors of the full install (torch's sums)
-to float32 rounding; a command that needs an extra says which in one line, exit 2. The slow
-test builds a real virtual environment without them."""
+to float32 rounding, summed by the compiled loop, or by scipy where pip found no C compiler to
+build it; a command that needs an extra says which in one line, exit 2. The slow test builds a
+real virtual environment without them."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 
 from psp_core import load_model
 from psp_core.extras import PACKAGE
+from psp_core.inference.pooling import COMPILED_MODULE
 from tests.conftest import require_shared_data
 from tests.psp_core.cli_runs import EXTRAS_MODULES, one_error_line, run_psp_without
 
@@ -32,7 +34,20 @@ def _cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", got, want) / np.where(norms > 0, norms, 1)
 
 
-def test_embed_score_and_info_run_without_the_extras(tmp_path, bundle, inputs) -> None:
+@pytest.mark.parametrize(
+    ("blocked", "backend"),
+    [
+        (EXTRAS_MODULES, "compiled"),
+        # a plain install where pip found no C compiler: scipy sums
+        (f"{EXTRAS_MODULES},{COMPILED_MODULE}", "scipy"),
+    ],
+    ids=["compiled", "no-compiler"],
+)
+def test_embed_score_and_info_run_without_the_extras(
+    tmp_path, bundle, inputs, blocked, backend
+) -> None:
+    if backend == "compiled":
+        pytest.importorskip(COMPILED_MODULE, reason="the compiled sums were not built here")
     vectors, scores = tmp_path / "vectors.npy", tmp_path / "scores.tsv"
     one_line = tmp_path / "one.txt"  # (fewer sentences than pooling.FEW_SENTENCES)
     one_line.write_text("a sentence alone\n", encoding="utf-8")
@@ -45,8 +60,9 @@ def test_embed_score_and_info_run_without_the_extras(tmp_path, bundle, inputs) -
         + ["--output-file", str(scores)],
         ["info", str(bundle)],
     ]
-    codes, child = run_psp_without(EXTRAS_MODULES, commands, tmp_path / "codes.json")
+    codes, child = run_psp_without(blocked, commands, tmp_path / "codes.json")
     assert codes == [0, 0, 0, 0], child.stderr
+    assert (tmp_path / "codes.json.backend").read_text() == backend
     assert json.loads(child.stdout)["dim"] == 16
     # the same vectors and scores as this process's full install (torch's sums)
     model = load_model(bundle)
@@ -93,7 +109,8 @@ def test_commands_that_need_an_extra_name_it_in_one_line(tmp_path, bundle, input
         one_error_line(
             line, what, f"needs the [{extra}] extra", f"pip install '{PACKAGE}[{extra}]'"
         )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "codes.json", "eval", "inputs"]
+    names = ["bundle", "codes.json", "codes.json.backend", "eval", "inputs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
 
 
 def test_the_extras_named_in_errors_exist_in_pyproject() -> None:
