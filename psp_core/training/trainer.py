@@ -493,14 +493,17 @@ class _TrainingRun:
         with its model card."""
         state = self.state
         weights = self.model.weight.detach().cpu()
-        weights_epoch, best_lost = (state.epoch - 1 if state.epoch else None), None
+        selection: dict = {}  # (with model selection: which epoch's weights, and why)
         if best_epoch and state.best_epoch is not None:
             try:
-                weights, weights_epoch = self.store.load_best(weights.shape), state.best_epoch
+                weights = self.store.load_best(weights.shape)
+                selection["weights_epoch"] = state.best_epoch
             except CheckpointDamagedError as damaged:
                 # (the training is done and its final weights are whole: they are written,
                 # and the summary says why the selected epoch's are not)
                 best_lost = damaged.detail
+                last = state.epoch if state.position else state.epoch - 1  # (0-based)
+                selection = {"weights_epoch": last, "best_epoch_unavailable": best_lost}
                 log.warning(
                     "the best epoch's table cannot be used (%s): the bundle gets the final "
                     "epoch's weights instead",
@@ -515,12 +518,10 @@ class _TrainingRun:
             "steps": state.step,
             "best_epoch": state.best_epoch,
             "best_score": state.best_score,
-            "weights_epoch": weights_epoch,
+            **selection,
             "history": state.history,
             "device": str(self.device),
         }
-        if best_lost is not None:
-            summary["best_epoch_unavailable"] = best_lost
         if self.initial is not None:
             summary["init_from"] = self.initial.summary()
         bundle_config = self.bundle_config(summary)
