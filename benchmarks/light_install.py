@@ -85,13 +85,11 @@ def blocked_command(blocked: str, *argv: str) -> list[str]:
 # --- pooling ------------------------------------------------------------------------------------
 
 
-def pooling_worker(args: argparse.Namespace) -> dict:
-    """Time one implementation of ``weighted_sums`` (``args.path``) on the random workload."""
+def pooling_workload(args: argparse.Namespace) -> dict:
+    """``args.sentences`` sentences of 25 random ids of ``args.vocab_size``, weighted 1/25, a
+    random float32 table of ``args.dim``, and the output array."""
     import numpy as np
 
-    from psp_core.inference import pooling
-
-    pooling.set_threads(1)
     rng = np.random.default_rng(0)
     table = rng.standard_normal((args.vocab_size, args.dim), dtype=np.float32)
     count, length = args.sentences, 25
@@ -99,6 +97,28 @@ def pooling_worker(args: argparse.Namespace) -> dict:
     offsets = np.arange(0, count * length + 1, length, dtype=np.int64)
     weights = np.full(len(ids), 1 / length, dtype=np.float32)
     out = np.empty((count, args.dim), dtype=np.float32)
+    return {"table": table, "ids": ids, "offsets": offsets, "weights": weights, "out": out}
+
+
+def sum_in_batches(sums, workload: dict) -> None:
+    """``sums`` over the workload in batches of ``embed``'s size, as ``embed`` calls it."""
+    offsets, ids, weights, out = (workload[k] for k in ("offsets", "ids", "weights", "out"))
+    count = len(offsets) - 1
+    for start in range(0, count, embed_corpus.BATCH_SIZE):
+        stop = min(start + embed_corpus.BATCH_SIZE, count)
+        low, high = offsets[start], offsets[stop]
+        bag = offsets[start : stop + 1] - low
+        sums(workload["table"], ids[low:high], bag, weights[low:high], out[start:stop])
+
+
+def pooling_worker(args: argparse.Namespace) -> dict:
+    """Time one implementation of ``weighted_sums`` (``args.path``) on the random workload."""
+    import numpy as np
+
+    from psp_core.inference import pooling
+
+    pooling.set_threads(1)
+    workload = pooling_workload(args)
     if args.path == "numpy_reduceat":
         sums = _reduceat_sums
     else:
@@ -106,21 +126,19 @@ def pooling_worker(args: argparse.Namespace) -> dict:
     seconds, cpu_seconds = [], []
     for _ in range(args.passes):
         started, cpu_started = time.perf_counter(), time.process_time()
-        for start in range(0, count, embed_corpus.BATCH_SIZE):
-            stop = min(start + embed_corpus.BATCH_SIZE, count)
-            low, high = offsets[start], offsets[stop]
-            bag = offsets[start : stop + 1] - low
-            sums(table, ids[low:high], bag, weights[low:high], out[start:stop])
+        sum_in_batches(sums, workload)
         seconds.append(time.perf_counter() - started)
         cpu_seconds.append(time.process_time() - cpu_started)
     reference = pooling.IMPLEMENTATIONS["numpy"][1]
     check = np.empty((16, args.dim), dtype=np.float32)
-    reference(table, ids[: 16 * length], offsets[:17], weights[: 16 * length], check)
+    first = workload["offsets"][16]
+    reference(workload["table"], workload["ids"][:first], workload["offsets"][:17],
+              workload["weights"][:first], check)  # fmt: skip
     return {
-        "sentences": count,
+        "sentences": args.sentences,
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
-        "max_abs_difference": float(np.abs(out[:16] - check).max()),
+        "max_abs_difference": float(np.abs(workload["out"][:16] - check).max()),
     }
 
 
@@ -164,19 +182,12 @@ def build_kernel(block: int, prefetch: int, folder: Path):
 def kernel_sweep(args: argparse.Namespace, folder: Path) -> dict:
     """Sentences/s of each ``KERNEL_VARIANTS`` build and of torch, medians of ``args.rounds``
     rounds taking turns (1 thread, the pooling workload)."""
-    import numpy as np
     import torch
 
     from psp_core.inference import pooling
 
     torch.set_num_threads(1)
-    rng = np.random.default_rng(0)
-    table = rng.standard_normal((args.vocab_size, args.dim), dtype=np.float32)
-    count, length = args.sentences, 25
-    ids = rng.integers(0, args.vocab_size, count * length, dtype=np.int64)
-    offsets = np.arange(0, count * length + 1, length, dtype=np.int64)
-    weights = np.full(len(ids), 1 / length, dtype=np.float32)
-    out = np.empty((count, args.dim), dtype=np.float32)
+    workload = pooling_workload(args)
     paths = {"torch": pooling.IMPLEMENTATIONS["torch"][1]}
     for block, prefetch in KERNEL_VARIANTS:
         compiled = build_kernel(block, prefetch, folder)
@@ -185,12 +196,8 @@ def kernel_sweep(args: argparse.Namespace, folder: Path) -> dict:
     for _ in range(max(args.rounds, 3) * 2 + 1):
         for name, sums in paths.items():
             started = time.perf_counter()
-            for start in range(0, count, embed_corpus.BATCH_SIZE):
-                stop = min(start + embed_corpus.BATCH_SIZE, count)
-                low, high = offsets[start], offsets[stop]
-                bag = offsets[start : stop + 1] - low
-                sums(table, ids[low:high], bag, weights[low:high], out[start:stop])
-            rates[name].append(count / (time.perf_counter() - started))
+            sum_in_batches(sums, workload)
+            rates[name].append(args.sentences / (time.perf_counter() - started))
     medians = {name: statistics.median(values) for name, values in rates.items()}
     return {
         name: {"median": round(rate), "vs_torch": round(rate / medians["torch"], 3)}
