@@ -162,7 +162,8 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
     build backend only; skipped where it cannot): torch cannot
     be imported there, and ``psp embed`` of the shared STS sentences gives this install's
     vectors (cosine >= 0.9999), with no torch in ``sys.modules`` after ``load_model`` and
-    ``embed`` from Python, summed by the compiled loop pip built."""
+    ``embed`` from Python, summed by the compiled loop pip built; installed again where no C
+    compiler is found, the install succeeds and scipy sums, to the same vectors."""
     sts = require_shared_data("eval", "sts", "2012")
     _, trained = real_en_de_bundles
     sentences = [
@@ -179,7 +180,7 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
     (site / "base-dependencies.pth").write_text(str(tmp_path / "base") + "\n")
     source = tmp_path / "source"  # (pip builds in the source tree: a copy, not the checkout)
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     for name in ("psp_core", "ops", "assets", "pipelines"):
         # (without what the editable install built here: pip compiles its own)
@@ -214,8 +215,18 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
     # (pip compiled the sums where a C compiler is found, as here; else scipy sums)
     want_backend = "compiled" if shutil.which("cc") or shutil.which("gcc") else "scipy"
     assert api.stdout.split() == ["[]", want_backend], api.stdout
+    # the same install where pip finds no C compiler: it succeeds, and scipy sums
+    no_compiler = {**env, "CC": "/bin/false"}
+    shutil.rmtree(source / "build", ignore_errors=True)  # (else setuptools reuses its module)
+    again = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--no-deps", "--force-reinstall", str(source)],
+        cwd=tmp_path, env=no_compiler, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    scipy_sums = run(str(venv / "bin" / "python"), "-c", check.replace("api.npy", "scipy.npy"))
+    assert scipy_sums.stdout.split() == ["[]", "scipy"], scipy_sums.stdout + scipy_sums.stderr
     want = load_model(trained).embed(sentences)  # this install: torch's sums
-    for name in ("light.npy", "api.npy"):
+    for name in ("light.npy", "api.npy", "scipy.npy"):
         got = np.load(tmp_path / name)
         assert got.shape == want.shape
         assert _cosines(got, want).min() >= 0.9999, name
