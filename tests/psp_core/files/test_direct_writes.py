@@ -56,8 +56,10 @@ def write_in_chunks(path, array, chunk, aligned_buffer: bool) -> DirectNpyWriter
                 if aligned_buffer:
                     buffer[: len(rows)] = rows
                     rows = buffer[: len(rows)]
-                else:
-                    rows = rows.astype(np.float64)  # converted into a fresh, unaligned array
+                else:  # (rows 4 bytes past a page boundary: never aligned, not by chance)
+                    shifted = page_aligned_float32((1, len(rows) * rows.shape[1] + 1))[0, 1:]
+                    shifted[:] = rows.ravel()
+                    rows = shifted.reshape(rows.shape)
                 writer.write(rows)
             writer.close()
     return writer
@@ -83,6 +85,18 @@ def test_the_array_np_save_writes(tmp_path, recorded_writes, rows, dim, chunk, a
         assert all(n % DIRECT_ALIGN == 0 == offset % DIRECT_ALIGN for n, offset in direct)
     if not aligned_buffer:
         assert direct == []
+
+
+def test_rows_of_another_type_are_written_as_float32(tmp_path) -> None:
+    array = np.random.default_rng(5).standard_normal((300, 64), dtype=np.float32)
+    path = tmp_path / "vectors.npy"
+    with replaced_when_done(path) as handle:
+        with DirectNpyWriter(handle, array.shape) as writer:
+            for start in range(0, len(array), 128):
+                writer.write(array[start : start + 128].astype(np.float64))
+            writer.close()
+    loaded = np.load(path)
+    assert loaded.dtype == np.float32 and np.array_equal(loaded, array)
 
 
 def test_a_device_that_refuses_the_alignment_falls_back_to_the_page_cache(tmp_path, monkeypatch):

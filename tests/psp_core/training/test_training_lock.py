@@ -67,6 +67,13 @@ def wait_for(condition, seconds: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP is delivered asynchronously: until then, the process
+    can still write)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        return handle.read().rpartition(")")[2].split()[0] == "T"
+
+
 @pytest.mark.slow
 def test_a_second_train_onto_a_busy_output_stops_and_a_killed_first_leaves_no_lock(
     tmp_path, toy_training_file, spm_path
@@ -79,6 +86,7 @@ def test_a_second_train_onto_a_busy_output_stops_and_a_killed_first_leaves_no_lo
     try:
         wait_for(lambda: (checkpoint / "LATEST").exists(), 120, "the first run's checkpoint")
         os.kill(first.pid, signal.SIGSTOP)  # mid-run: it holds the lock and is not writing
+        wait_for(lambda: stopped(first.pid), 30, "the first run to stop")
         before = snapshot(tmp_path)
 
         second = subprocess.run([*argv, "--epochs=1"], capture_output=True, text=True)
