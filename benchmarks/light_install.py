@@ -2,9 +2,9 @@
 ``psp embed`` of one line.
 
 A plain ``pip install`` of the project has no torch (it comes with the ``[train]`` extra), so
-``psp_core.inference.pooling`` sums each sentence's rows with the first of torch, scipy or numpy
-that imports. Three measurements, each path in processes of its own, taking turns round by round
-(``--rounds``, median reported):
+``psp_core.inference.pooling`` sums each sentence's rows with the first of torch, the package's
+compiled loop, scipy or numpy that imports. Four measurements, each path (but the sweep's) in
+processes of its own, taking turns round by round (``--rounds``, median reported):
 
 * ``pooling``: ``weighted_sums`` alone, each implementation on the same 16,384 sentences of 25
   ids drawn at random from a 20k vocabulary, a random float32 table of dim 1024, 1 thread,
