@@ -15,7 +15,7 @@ from dagster import AssetExecutionContext, Failure, MetadataValue
 import psp_core  # its model and trainer (torch) are imported when a step runs
 from assets.catalog import MODEL_GROUP
 from assets.config import TrainingConfig
-from assets.languages import MULTI, LanguageSpec
+from assets.languages import LanguageSpec
 from assets.log_bridge import logs_to_dagster
 from assets.metadata import common_metadata, epochs_table, settings_table
 from assets.model_cards import card_facts, refresh_model_card, write_exports
@@ -33,7 +33,7 @@ from assets.orphan_guard import stop_when_orphaned
 from assets.plots import LossCurve, chart_markdown
 from assets.records import ModelRecord, read_record
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
-from assets.retrain_plan import current_plan
+from assets.retrain_plan import current_plan, is_incremental, starting_version
 from assets.slots import machine_slot
 from assets.stage import Manifest, Stage, fingerprint
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
@@ -171,7 +171,7 @@ class ModelTraining:
 
     @property
     def incremental(self) -> bool:
-        return self.retrain is not None and self.retrain.record["mode"] == "incremental"
+        return is_incremental(self.retrain)
 
     def train_version(self, bundle_path: Path) -> dict:
         """Train into ``bundle_path`` (a new version's folder) and return the version's record,
@@ -332,13 +332,10 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         num_threads=compute.threads,
     )
     retrain = current_plan(run)
-    parent = None
-    if retrain is not None and retrain.record["mode"] == "incremental":
-        parent = model_registry(storage, spec.code).version(retrain.record["parent"])
-        if config.lr is None:  # (the registry's scale of a full training's rate)
-            train_config = replace(train_config, lr=train_config.lr * spec.retrain.lr_scale)
-    elif retrain is not None and retrain.record.get("init_from"):
-        parent = model_registry(storage, MULTI).version(retrain.record["init_from"])
+    start = starting_version(retrain, spec.code)
+    parent = None if start is None else model_registry(storage, start[0]).version(start[1])
+    if is_incremental(retrain) and config.lr is None:  # (the registry's scale of the rate)
+        train_config = replace(train_config, lr=train_config.lr * spec.retrain.lr_scale)
     dev = dev_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), dev)
     settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)

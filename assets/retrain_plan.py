@@ -269,6 +269,23 @@ def current_plan(run: StageRun) -> Manifest | None:
     return planned
 
 
+def is_incremental(plan: Manifest | None) -> bool:
+    """Whether ``plan`` (:func:`current_plan`'s) is an incremental retrain."""
+    return plan is not None and plan.record["mode"] == "incremental"
+
+
+def starting_version(plan: Manifest | None, code: str) -> tuple[str, str] | None:
+    """The version whose weights and vocabulary a retrain of ``code``'s model starts from, as
+    (its registry's code, its id): an incremental retrain's parent, or the multilingual version
+    a full retrain starts from (``init_from``); None: random weights and a vocabulary of its
+    own."""
+    if is_incremental(plan):
+        return code, plan.record["parent"]
+    if plan is not None and plan.record.get("init_from"):
+        return MULTI, plan.record["init_from"]
+    return None
+
+
 def copy_parent_vocabulary(registry: ModelRegistry, parent: str, output) -> None:
     """Copy the parent version's sentencepiece model to ``output`` (temporary name, renamed).
 

@@ -8,11 +8,10 @@ from dataclasses import asdict
 from dagster import MetadataValue
 
 from assets.config import SentencepieceConfig
-from assets.languages import MULTI
 from assets.metadata import common_metadata
 from assets.model_versions import model_registry
 from assets.records import SentencepieceRecord, read_record
-from assets.retrain_plan import copy_parent_vocabulary, current_plan
+from assets.retrain_plan import copy_parent_vocabulary, current_plan, starting_version
 from assets.stage import Manifest
 from assets.stage_asset import Plan, Report, StageRun, stage_asset
 from ops.sentencepiece_model import train_sentencepiece_from_pairs
@@ -33,11 +32,9 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
         "input_sentence_size": run.config.input_sentence_size,
     }
     settings.update(run.resource("profile").settings(profile_asset, explicit))
-    retrain = current_plan(run)
-    if retrain is not None and retrain.record["mode"] == "incremental":
-        return _parent_vocabulary(run, run.spec.code, retrain.record["parent"], settings)
-    if retrain is not None and retrain.record.get("init_from"):  # (the multilingual model's)
-        return _parent_vocabulary(run, MULTI, retrain.record["init_from"], settings)
+    start = starting_version(current_plan(run), run.spec.code)
+    if start is not None:  # (the parent's, or the multilingual model's)
+        return _parent_vocabulary(run, *start, settings)
 
     def compute() -> tuple[dict, dict]:
         started = time.perf_counter()

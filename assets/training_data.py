@@ -12,7 +12,7 @@ from dagster import MetadataValue
 from assets.config import TrainingDataConfig
 from assets.metadata import pipeline_funnel_table, report_metadata
 from assets.records import PairCounts, SentencepieceRecord, TrainingDataRecord, read_record
-from assets.retrain_plan import current_plan
+from assets.retrain_plan import current_plan, is_incremental
 from assets.stage import Manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from ops.encoding import encode_and_pack, packing_tokenizer
@@ -56,7 +56,7 @@ def plan(
     compute_resource = run.resource("compute")
     source, n_pairs = pairs.output("pairs"), read_record(pairs, PairCounts).n_out
     retrain = current_plan(run)
-    incremental = retrain is not None and retrain.record["mode"] == "incremental"
+    incremental = is_incremental(retrain)
     if incremental:  # the plan's new and replayed pairs
         source = retrain.output("pairs")
         n_pairs = retrain.record["new_pairs"] + retrain.record["replay_pairs"]
