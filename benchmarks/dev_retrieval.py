@@ -92,7 +92,7 @@ def pool_pairs(path: Path, n_in: int, factor: float) -> tuple[list[str], list[st
 
 def dev_errors(model, held: tuple[list, list], pools: dict[str, tuple[list, list]]) -> dict:
     """``pool_F``: the retrieval error of the held-back pairs among them and pool F."""
-    from psp_core.evaluation.dev_suite import retrieval_error
+    from psp_core.evaluation.dev_suite import both_ways_error
 
     english = model.embed(held[0], normalize=True)
     other = model.embed(held[1], normalize=True)
@@ -102,16 +102,14 @@ def dev_errors(model, held: tuple[list, list], pools: dict[str, tuple[list, list
             model.embed(pool_english, normalize=True) if pool_english else None,
             model.embed(pool_other, normalize=True) if pool_other else None,
         )
-        forward = retrieval_error(other, english, distractors[0])
-        backward = retrieval_error(english, other, distractors[1])
-        scores[name] = round((forward + backward) / 2, 3)
+        scores[name] = round(both_ways_error(english, other, *distractors), 3)
     return scores
 
 
 def test_scores(model, lang: str, eval_dir: Path, held_out: tuple[list, list] | None) -> dict:
     """The language's test sets: STS Pearson x 100 (higher is better) and the held-out zh
     pairs' retrieval error (lower is better)."""
-    from psp_core.evaluation.dev_suite import retrieval_error
+    from psp_core.evaluation.dev_suite import both_ways_error
     from psp_core.evaluation.sts import StsEvaluator
 
     scores = {}
@@ -119,8 +117,7 @@ def test_scores(model, lang: str, eval_dir: Path, held_out: tuple[list, list] | 
         if name == "held_out_zh" and held_out is not None:
             english = model.embed(held_out[0], normalize=True)
             other = model.embed(held_out[1], normalize=True)
-            error = (retrieval_error(other, english) + retrieval_error(english, other)) / 2
-            scores["held_out_zh_error"] = round(error, 3)
+            scores["held_out_zh_error"] = round(both_ways_error(english, other), 3)
         elif (eval_dir / name).is_file():
             scores[Path(name).stem] = round(StsEvaluator(eval_dir / name)(model), 3)
     return scores
@@ -197,6 +194,7 @@ def main() -> int:
     import pyarrow.parquet as pq
 
     from psp_core import load_model
+    from psp_core.models.promotion import lower_is_better
 
     eval_dir = _common.eval_dir_for(args)
     factors = [float(f) for f in args.pool_factors.split(",")]
@@ -237,7 +235,7 @@ def main() -> int:
             "models": rows,
             "variant_training_seconds": seconds,
             "agreement": {
-                test: {dev: agreement(rows, dev, test, test.endswith("_error")) for dev in pools}
+                test: {dev: agreement(rows, dev, test, lower_is_better(test)) for dev in pools}
                 for test in tests
             },
         }

@@ -249,10 +249,10 @@ def auto_would(registry, full_every: int) -> dict | None:
 
 def _gain(name: str, candidate: dict, incumbent: dict) -> float:
     """How much better the candidate's score ``name`` is (an error rate: lower is better)."""
-    from psp_core.models.promotion import ERROR_SUFFIX
+    from psp_core.models.promotion import lower_is_better
 
     gain = candidate[name] - incumbent[name]
-    return -gain if name.endswith(ERROR_SUFFIX) else gain
+    return -gain if lower_is_better(name) else gain
 
 
 def gate_of(history: list, version_id: str) -> dict:

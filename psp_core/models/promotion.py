@@ -30,9 +30,14 @@ class GateDecision:
 ERROR_SUFFIX = "_error"
 
 
+def lower_is_better(name: str) -> bool:
+    """Whether the dev score ``name`` is an error rate (lower is better)."""
+    return name.endswith(ERROR_SUFFIX)
+
+
 def worse_beyond(name: str, candidate: float, incumbent: float, tolerance: float) -> bool:
     """Whether the candidate's score ``name`` is more than ``tolerance`` points worse."""
-    if name.endswith(ERROR_SUFFIX):
+    if lower_is_better(name):
         return candidate > incumbent + tolerance
     return candidate < incumbent - tolerance
 
