@@ -252,7 +252,7 @@ def _verify_record(path: Path, record: Any) -> None:
     """:class:`_DamagedStep` naming ``path`` when it is not the file ``record`` (its size and
     checksum, from :func:`~psp_core.models.bundle.file_record`) describes."""
     if not isinstance(record, dict) or CHECKSUM not in record or "bytes" not in record:
-        raise _DamagedStep(f"{path.parent / STATE_FILE}: no size and checksum of {path.name}")
+        raise _DamagedStep(f"{path}: no size and checksum recorded for it")
     try:
         actual = file_record(path)
     except FileNotFoundError:
