@@ -161,12 +161,7 @@ def test_new_bitext_trains_incrementally_from_the_promoted_version(world: dict):
     assert metadata_of(second, "sentencepiece_model")["sha256"] == sha256_file(
         v1.bundle / "sentencepiece.model"
     )
-    training = json.loads((v2.bundle / "config.json").read_text())["training"]
-    assert training["init_from"]["embeddings_xxh3_128"] == table_checksum(v1.bundle)
-    # at the registry's share of a full training's rate (the first version's)
-    first = json.loads((v1.bundle / "config.json").read_text())["training"]
-    scale = RetrainSettings().lr_scale
-    assert training["config"]["lr"] == pytest.approx(first["config"]["lr"] * scale)
+    assert_continues(v1, v2)
     # the steps follow the new data: one epoch of the new and replayed pairs
     assert model["steps"] <= -(-len(trained_on) // 32)
     # the lineage's pairs: the parent's and the new ones
@@ -196,6 +191,16 @@ def test_new_bitext_trains_incrementally_from_the_promoted_version(world: dict):
     with TrainingFile(stage_file(root, "training_data", "data")) as data:
         assert len(data) == len(now) == v3.retrain["new_pairs"]
     assert dev_pairs(root) == dev_after
+
+
+def assert_continues(parent, version) -> None:
+    """``version`` started from ``parent``'s weights, at the registry's share of a full
+    training's rate (``parent``'s, a full retrain)."""
+    training = json.loads((version.bundle / "config.json").read_text())["training"]
+    assert training["init_from"]["embeddings_xxh3_128"] == table_checksum(parent.bundle)
+    first = json.loads((parent.bundle / "config.json").read_text())["training"]
+    scale = RetrainSettings().lr_scale
+    assert training["config"]["lr"] == pytest.approx(first["config"]["lr"] * scale)
 
 
 def drop_greek(root: Path) -> None:
@@ -333,12 +338,7 @@ def test_a_killed_incremental_retrain_resumes_with_the_same_lineage(world: dict)
         planned["new_pairs"],
         planned["replay_pairs"],
     )
-    training = json.loads((v2.bundle / "config.json").read_text())["training"]
-    assert training["init_from"]["embeddings_xxh3_128"] == table_checksum(v1.bundle)
-    # at the registry's share of a full training's rate (the first version's)
-    first = json.loads((v1.bundle / "config.json").read_text())["training"]
-    scale = RetrainSettings().lr_scale
-    assert training["config"]["lr"] == pytest.approx(first["config"]["lr"] * scale)
+    assert_continues(v1, v2)
 
 
 MULTI_REGISTRY = REGISTRY + '\n[multi]\nlanguages = ["de", "en"]\n'
