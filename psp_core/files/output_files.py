@@ -236,7 +236,9 @@ def written_into(output: OutputTarget, mode: str = "wb") -> Iterator[IO]:
         return
     sys.stdout.flush()  # what the command printed comes first when this is /dev/stdout
     try:
-        handle = open(output.target, mode, encoding=None if "b" in mode else "utf-8")
+        handle = open(
+            output.target, mode, encoding=None if "b" in mode else "utf-8", opener=_no_terminal
+        )
     except OSError as error:
         raise write_error(output.shown, error) from error
     try:
@@ -282,6 +284,12 @@ def abandon_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+def _no_terminal(path: str, flags: int) -> int:
+    """Open as ``open`` would, with ``O_NOCTTY``: an output that is a terminal never becomes
+    the controlling terminal of a process that has none (a daemon, a session leader)."""
+    return os.open(path, flags | os.O_NOCTTY, 0o666)
 
 
 def _sync_if_possible(handle: IO) -> None:

@@ -15,6 +15,7 @@ import select
 import stat
 import subprocess
 import threading
+import tty
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,31 +111,70 @@ def drained_fifo(path: Path) -> Iterator[bytearray]:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(path)
     fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        with _drained(fd) as received:
+            yield received
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def drained_terminal() -> Iterator[tuple[Path, bytearray]]:
+    """A character device whose bytes can be read back: a pseudo-terminal in raw mode (no line
+    discipline: every byte passes as written). Yields the device's path and the buffer a thread
+    reads what is written to it into, complete when the block ends. The test keeps the device
+    itself open, so a writer closing it never hangs the reader up."""
+    controller, device = os.openpty()
+    try:
+        tty.setraw(device)
+        os.set_blocking(controller, False)
+        with _drained(controller) as received:
+            yield Path(os.ttyname(device)), received
+    finally:
+        os.close(controller)
+        os.close(device)
+
+
+@contextmanager
+def _drained(fd: int) -> Iterator[bytearray]:
+    """Read the non-blocking ``fd`` into the yielded buffer on a thread while the block runs.
+
+    While the block runs the thread reads what arrives (a writer of more than the pipe holds
+    needs a reader); once it has ended, the thread reads what is left until nothing is. Every
+    byte the block wrote is there by then, so none is missed: stopping at the first empty wait
+    after the block ended instead lost a write that landed between that wait and the check
+    (the block's thread holding the interpreter while the reader waited for it)."""
     received = bytearray()
     failures: list[BaseException] = []
     done = threading.Event()
     poller = select.poll()
     poller.register(fd, select.POLLIN)
 
+    def read_what_is_there() -> None:
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return  # empty: the test's own other end keeps it from ever reading EOF
+            received.extend(chunk)
+
     def drain() -> None:
         try:
-            while True:
-                if poller.poll(50):
-                    received.extend(os.read(fd, 1 << 16))
-                elif done.is_set():
-                    return
+            while not done.is_set():
+                if poller.poll(10):
+                    read_what_is_there()
+            read_what_is_there()
         except BaseException as error:  # reported by the test's thread, below
             failures.append(error)
 
-    reader = threading.Thread(target=drain, name="fifo-reader", daemon=True)
+    reader = threading.Thread(target=drain, name="output-reader", daemon=True)
     reader.start()
     try:
         yield received
     finally:
         done.set()
         reader.join(timeout=60)
-        os.close(fd)
-    assert not reader.is_alive(), "the FIFO's reader did not stop"
+    assert not reader.is_alive(), "the output's reader did not stop"
     if failures:
         raise failures[0]
 
