@@ -78,10 +78,11 @@ serve: $(STAMP)
 	$(VENV)/bin/psp serve --storage-root $(PSP_STORAGE_ROOT) --port $(PORT) --workers $(SERVE_WORKERS)
 
 # the suite on TEST_WORKERS processes (pytest-xdist; auto: one per core, 0: in this process),
-# each free test going to the first idle worker
+# each free test going to the first idle worker; it prints how many tests it runs ("N items"),
+# and at the end the ten slowest, so a newcomer sees where the time goes
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=10 $(PYTEST_ARGS)
 
 # the edit loop: the tests not marked slow (no Dagster runs, kills, browser or cluster)
 test-fast: $(STAMP)
