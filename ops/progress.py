@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from psp_core.training.progress import format_duration
+from psp_core.durations import format_duration
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from psp_core.extras import MissingExtra
-from psp_core.inference.pooling import torch_module
+from psp_core.extras import MissingExtra, torch_module
 
 if TYPE_CHECKING:
     import torch

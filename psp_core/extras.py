@@ -8,6 +8,7 @@ and serving come with extras, imported only by the code that needs them.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from types import ModuleType
 
@@ -31,3 +32,18 @@ def require(module: str, extra: str, what: str) -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:
         raise MissingExtra(what, extra) from error
+
+
+@functools.cache
+def optional_module(module: str) -> ModuleType | None:
+    """``module``, or ``None`` where it (or a module it needs) is not installed (asked once a
+    process: a missing module is not looked for again on every call)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def torch_module() -> ModuleType | None:
+    """torch, or ``None`` where it is not installed (an install without the training extra)."""
+    return optional_module("torch")

@@ -2,7 +2,7 @@
 
 * the dependency direction pipelines -> assets -> ops / psp_core, psp_core (the library users
   install) importing nothing of the pipeline;
-* no import cycle inside a package, and psp_core grouped by concept: a handful of modules at its
+* no import cycle inside a package, nor between its sub-packages, and psp_core grouped by concept: a handful of modules at its
   top level, the rest in packages named after what they hold;
 * no function longer than LONGEST_FUNCTION lines in the product packages;
 * Dagster's private modules reached from one module only (``pipelines/dagster_internals.py``),
@@ -99,9 +99,62 @@ def import_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
     return cycles
 
 
+def part_of(module: str, package: str) -> str:
+    """The part of ``package`` that ``module`` belongs to: its sub-package or top-level module
+    (``psp_core.files.download`` -> ``psp_core.files``); the package's own ``__init__`` is
+    itself."""
+    return ".".join(module.split(".")[:2]) if module != package else package
+
+
+def part_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
+    """Groups of ``package``'s parts (its sub-packages and top-level modules) that import each
+    other, directly or through others: a cycle between modules of two packages that no module
+    cycle shows. Its own ``__init__`` (the public names, imported lazily) is left out."""
+    paths = {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        if name == package:
+            continue
+        part = part_of(name, package)
+        imported = {part_of(m, package) for m in imported_modules(path, set(paths))}
+        graph.setdefault(part, set()).update(imported - {part, package})
+    cycles, seen = [], set()
+    for start in sorted(graph):
+        if start not in seen and start in reachable(graph, start):
+            cycle = sorted(m for m in reachable(graph, start) if start in reachable(graph, m))
+            seen.update(cycle)
+            cycles.append(cycle)
+    return cycles
+
+
 @pytest.mark.parametrize("package", ["psp_core", "ops", "assets", "pipelines"])
 def test_no_package_has_an_import_cycle(package: str) -> None:
     assert import_cycles(package) == []
+
+
+@pytest.mark.parametrize("package", ["psp_core", "ops", "assets", "pipelines"])
+def test_no_two_parts_of_a_package_import_each_other(package: str) -> None:
+    assert part_cycles(package) == []
+
+
+def test_a_cycle_between_parts_is_found_when_no_module_cycle_shows_it(tmp_path: Path) -> None:
+    """``loop.one.a`` imports ``loop.two.b``, and ``loop.two.c`` imports ``loop.one.d``: no
+    module imports one that imports it back, but the packages one and two do."""
+    for name, text in {
+        "__init__.py": "",
+        "one/__init__.py": "",
+        "one/a.py": "from loop.two.b import x\n",
+        "one/d.py": "y = 1\n",
+        "two/__init__.py": "",
+        "two/b.py": "x = 1\n",
+        "two/c.py": "from loop.one.d import y\n",
+        "top.py": "import loop.one.a\n",
+    }.items():
+        path = tmp_path / "loop" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert import_cycles("loop", root=tmp_path) == []
+    assert part_cycles("loop", root=tmp_path) == [["loop.one", "loop.two"]]
 
 
 def test_a_cycle_is_found_when_there_is_one(tmp_path: Path) -> None:

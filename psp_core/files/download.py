@@ -45,8 +45,8 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from psp_core.durations import format_duration
 from psp_core.files.file_lock import exclusive_lock, remove_stale_lock
-from psp_core.training.progress import format_duration
 
 log = logging.getLogger(__name__)
 

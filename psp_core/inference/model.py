@@ -12,8 +12,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from psp_core.devices import inference_device
+from psp_core.extras import torch_module
 from psp_core.inference.multiprocess_embed import embed_forked, workers_for
-from psp_core.inference.pooling import torch_module, weighted_sums
+from psp_core.inference.pooling import weighted_sums
 from psp_core.inference.prefaulted_arrays import fresh_float32
 from psp_core.inference.word_vectors import DEFAULT_BUDGET_BYTES, WordVectors, extended_table
 from psp_core.models.bundle import BundleConfig, load_bundle, save_bundle

@@ -20,25 +20,11 @@ already imported, else the compiled loop, else the numpy loop.
 
 from __future__ import annotations
 
-import functools
-import importlib
 import sys
-from types import ModuleType
 
 import numpy as np
 
-
-@functools.cache
-def _optional(module: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
-
-
-def torch_module() -> ModuleType | None:
-    """torch, or ``None`` where it is not installed (an install without the training extra)."""
-    return _optional("torch")
+from psp_core.extras import optional_module, torch_module
 
 
 def _torch_sums(table, ids, offsets, weights, out) -> None:
@@ -58,7 +44,7 @@ COMPILED_MODULE = "psp_core.inference._sums"
 
 
 def _compiled_sums(table, ids, offsets, weights, out) -> None:
-    compiled = _optional(COMPILED_MODULE)
+    compiled = optional_module(COMPILED_MODULE)
     if table.dtype != np.float32:  # (the loop reads float32: convert the rows it needs)
         table, ids = table[ids].astype(np.float32), np.arange(len(ids), dtype=np.int64)
     direct = out.dtype == np.float32 and out.flags.c_contiguous
@@ -75,7 +61,7 @@ def _compiled_sums(table, ids, offsets, weights, out) -> None:
 
 
 def _scipy_sums(table, ids, offsets, weights, out) -> None:
-    sparse = _optional("scipy.sparse")
+    sparse = optional_module("scipy.sparse")
     if table.dtype != np.float32:  # (scipy would convert the whole table on every call)
         table, ids = table[ids].astype(np.float32), np.arange(len(ids), dtype=np.int64)
     weights = weights.astype(np.float32, copy=False)
@@ -107,7 +93,7 @@ IMPLEMENTATIONS = {
 
 def backend() -> str:
     """The implementation :func:`weighted_sums` uses here: the first whose module imports."""
-    return next(name for name, (module, _) in IMPLEMENTATIONS.items() if _optional(module))
+    return next(name for name, (module, _) in IMPLEMENTATIONS.items() if optional_module(module))
 
 
 def weighted_sums(
@@ -127,7 +113,7 @@ def weighted_sums(
     if count == 0:
         return out
     if count < FEW_SENTENCES and "torch" not in sys.modules:
-        few = _compiled_sums if _optional(COMPILED_MODULE) else _numpy_sums
+        few = _compiled_sums if optional_module(COMPILED_MODULE) else _numpy_sums
         few(table, ids, offsets, weights, out)
     else:
         IMPLEMENTATIONS[backend()][1](table, ids, offsets, weights, out)

@@ -13,21 +13,9 @@ import math
 import time
 from collections.abc import Callable
 
+from psp_core.durations import format_duration
+
 log = logging.getLogger(__name__)
-
-
-def format_duration(seconds: float) -> str:
-    """``1h02m``, ``4m05s``, ``12s``."""
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = max(0, round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
 
 
 class TrainingProgress:

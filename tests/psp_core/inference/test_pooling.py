@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from psp_core.extras import optional_module
 from psp_core.inference import pooling
 
 
@@ -49,7 +50,7 @@ def test_weighted_sums_uses_the_first_implementation_installed() -> None:
     installed = [
         name
         for name, (module, _) in pooling.IMPLEMENTATIONS.items()
-        if pooling._optional(module) is not None
+        if optional_module(module) is not None
     ]
     assert pooling.backend() == installed[0]
     table, ids, offsets, weights = _bags(seed=1)
