@@ -79,8 +79,20 @@ from tests.pipelines.corpora import paranmt_zip, publish_de, write_eval_dir  # n
 JOB = "psp_language_job"
 
 
+#: the stop signals received: kept as well as raised, since a library on the way (a database
+#: driver, a pool's clean-up) may catch the KeyboardInterrupt and go on
+STOP_SIGNALS: list[int] = []
+
+
 def _interrupt(signum, _frame) -> None:
+    STOP_SIGNALS.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _stop_if_interrupted(*_ignored) -> None:
+    """Raise the interrupt again if one was received and lost on the way."""
+    if STOP_SIGNALS:
+        raise KeyboardInterrupt(f"signal {STOP_SIGNALS[0]}")
 
 
 class Cluster:
@@ -228,9 +240,16 @@ def scenario(cluster: Cluster, args, summary: dict) -> None:
     check(backfill_id is not None, f"no backfill id in: {out}")
     print(f"backfill {backfill_id}: {args.languages}", flush=True)
     killer = WorkerKiller(cluster) if args.faults else None
+
+    def on_tick(runs) -> None:
+        _stop_if_interrupted()
+        if killer is not None:
+            killer(runs)
+
     runs = wait_for_runs(
-        {"dagster/backfill": backfill_id}, len(args.languages), args.timeout, on_tick=killer
+        {"dagster/backfill": backfill_id}, len(args.languages), args.timeout, on_tick=on_tick
     )
+    _stop_if_interrupted()
     summary["backfill_s"] = round(time.monotonic() - started, 1)
     summary["runs"] = [
         {"partition": r.tags["dagster/partition"], "status": r.status.value, "run_id": r.run_id}
@@ -337,6 +356,7 @@ def main() -> int:
         paranmt_url = opus.add_file("/para-nmt-50m.zip", paranmt_zip(700))
         cluster.start(opus, paranmt_url)
         scenario(cluster, args, summary)
+        _stop_if_interrupted()
         ok = True
     except CheckFailed as error:
         summary["error"] = str(error)

@@ -92,7 +92,7 @@ def test_everything_it_started_is_stopped(tmp_path, how) -> None:
         else:
             status, lines, pids = _run(["--no-faults"], work, interrupt_after="backfill ")
         summary = json.loads(lines[-1])
-        assert status == 1 and summary["ok"] is False
+        assert status == 1 and summary["ok"] is False, "\n".join(lines[-40:])
         if how == "failure":
             assert "xx" in summary["error"]
         else:
