@@ -383,9 +383,10 @@ def plan(run: StageRun, *, profile_asset: str = "psp_model") -> Plan:
     if unknown:
         raise Failure(f"psp_model: exports {unknown} unknown; choose from {list(EXPORT_FORMATS)}")
     job, key = plan_training(run, profile_asset)
-    registry = model_registry(run.storage, run.spec.code)  # (adopts a bundle of an earlier release)
+    registry = model_registry(run.storage, run.spec.code)
 
     def compute() -> tuple[dict, dict]:
+        registry.adopt_legacy_bundle()  # a model of an earlier release becomes the first version
         version = None if run.config.force else registry.find(job.key)
         if version is not None:
             run.context.log.info(

@@ -69,7 +69,7 @@ def open_registry(args: argparse.Namespace) -> ModelRegistry:
         folder = language_registry(root, args.language)
     if not (folder / VERSIONS).is_dir() and not (folder / "model").is_dir():
         raise RegistryError(f"{folder}: no model versions there (materialize psp_model first)")
-    return ModelRegistry(folder)
+    return ModelRegistry.open(folder)  # a model of an earlier release becomes the first version
 
 
 def version_row(

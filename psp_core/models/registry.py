@@ -29,8 +29,10 @@ changes nothing (its rollback target stays). A rollback promotes the version pro
 the current one and records the current one as its own rollback target, so two rollbacks in a
 row come back to where they started (they swap the last two versions, like ``cd -``).
 
-A folder that holds a bundle as ``model/`` from before versions existed is adopted on first use:
-the bundle (and ``exports/``) becomes the first version and is promoted.
+A folder that holds a bundle as ``model/`` from before versions existed is adopted by an explicit
+step (:meth:`ModelRegistry.open`, which the commands that write versions use, or
+:meth:`ModelRegistry.adopt_legacy_bundle`): the bundle (and ``exports/``) becomes the first
+version and is promoted. Making a :class:`ModelRegistry` and reading it moves nothing.
 """
 
 from __future__ import annotations
@@ -179,10 +181,24 @@ class ModelRegistry:
     """The versions under ``root`` (see the module docstring)."""
 
     def __init__(self, root: str | Path) -> None:
+        """The registry under ``root``, as it is: making one reads and writes nothing (a bundle
+        of an earlier release is adopted only by :meth:`open` or :meth:`adopt_legacy_bundle`)."""
         self.root = Path(root)
         self.versions_dir = self.root / VERSIONS
-        if (self.root / LEGACY_MODEL).is_dir() and not (self.root / LEGACY_MODEL).is_symlink():
-            self._adopt_legacy_bundle()
+
+    @classmethod
+    def open(cls, root: str | Path) -> ModelRegistry:
+        """The registry under ``root``, a bundle of an earlier release there adopted first: what
+        a command that writes versions (training, promoting, rolling back) starts with."""
+        registry = cls(root)
+        registry.adopt_legacy_bundle()
+        return registry
+
+    def legacy_bundle(self) -> Path | None:
+        """``model/`` when it is a bundle written before versions (a folder, not the link to
+        the promoted version's), else None."""
+        legacy = self.root / LEGACY_MODEL
+        return legacy if legacy.is_dir() and not legacy.is_symlink() else None
 
     # reading ------------------------------------------------------------------------------------
 
@@ -415,12 +431,16 @@ class ModelRegistry:
             handle.flush()
             os.fsync(handle.fileno())
 
-    def _adopt_legacy_bundle(self) -> None:
-        """``model/`` is a bundle written before versions: make it the first, promoted version."""
+    def adopt_legacy_bundle(self) -> Version | None:
+        """Make a bundle written before versions (``model/``, and ``exports/`` beside it) the
+        first version, and promote it; returns that version, or None when there is none to
+        adopt. The one step of the registry that moves folders that are already there."""
+        if self.legacy_bundle() is None:
+            return None
         with self._locked():
-            legacy = self.root / LEGACY_MODEL
-            if not legacy.is_dir() or legacy.is_symlink():
-                return  # another process adopted it meanwhile
+            legacy = self.legacy_bundle()
+            if legacy is None:
+                return None  # another process adopted it meanwhile
             created = legacy.stat().st_mtime
 
             def move(bundle: Path) -> dict[str, Any]:
@@ -438,6 +458,7 @@ class ModelRegistry:
             self._promote(
                 version, "promote", "adopted the model of an earlier release", None, verify=False
             )
+            return version
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

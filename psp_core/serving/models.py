@@ -71,15 +71,20 @@ class NothingPromoted(Exception):
 
 
 def _version_of(folder: Path) -> tuple[str, Path] | None:
-    """``(version id, bundle path)`` of what ``folder`` serves now (a bundle, or a registry's
-    promoted version: a bundle of an earlier release there is adopted); None when it has none.
+    """``(version id, bundle path)`` of what ``folder`` serves now (a bundle, a registry's
+    promoted version, or the ``model/`` bundle of an earlier release, served where it is: the
+    server moves nothing); None when it has none.
 
     Raises:
         NothingPromoted: the ``promoted`` link points nowhere.
     """
     if (folder / CONFIG_FILE).is_file():
         return folder.name, folder
-    promoted = ModelRegistry(folder).promoted()
+    registry = ModelRegistry(folder)
+    promoted = registry.promoted()
+    legacy = registry.legacy_bundle()
+    if promoted is None and legacy is not None and (legacy / CONFIG_FILE).is_file():
+        return legacy.name, legacy
     if promoted is None and (folder / PROMOTED).is_symlink():
         target = os.readlink(folder / PROMOTED)
         if not (folder / VERSIONS / Path(target).name).is_dir():

@@ -170,14 +170,21 @@ def test_a_bundle_of_an_earlier_release_is_adopted(tmp_path, model):
     model.save(root / "model")
     (root / "manifest.json").write_text(json.dumps({"fingerprint": "f" * 24}))
 
-    registry = ModelRegistry(root)
+    # making a registry and reading it moves nothing: the adoption is a step of its own
+    reader = ModelRegistry(root)
+    assert (reader.versions(), reader.promoted()) == ([], None)
+    assert reader.legacy_bundle() == root / "model"
+    assert sorted(p.name for p in root.iterdir()) == ["manifest.json", "model"]
+
+    registry = ModelRegistry.open(root)
 
     [version] = registry.versions()
     assert version.fingerprint == "f" * 24
     assert registry.promoted() == version
     assert (root / "model").is_symlink()
     np.testing.assert_array_equal(table_of(root / "model"), model.weight.detach().numpy())
-    assert ModelRegistry(root).versions() == [version]  # adopted once
+    assert ModelRegistry.open(root).versions() == [version]  # adopted once
+    assert registry.adopt_legacy_bundle() is None and registry.legacy_bundle() is None
 
 
 def damage(bundle) -> None:

@@ -142,6 +142,20 @@ def test_a_served_bundle_folder_deleted_is_noticed(tmp_path, model):
     assert "do not verify" in problem and "is not a directory" in problem
 
 
+def test_a_model_of_an_earlier_release_is_served_where_it_is(tmp_path, model):
+    """A registry folder from before versions (``model/`` a bundle): served as it is; the
+    server renames nothing in the storage it reads."""
+    root = tmp_path / "de"
+    model.save(root / "model")
+    models = ModelSet({"de": root})
+    try:
+        assert models.get("de") is not None
+    finally:
+        models.stop()
+    assert sorted(p.name for p in root.iterdir()) == ["model"]
+    assert not (root / "model").is_symlink()
+
+
 def test_health_is_503_only_when_nothing_can_be_served():
     class NothingServed:
         swaps = 0
