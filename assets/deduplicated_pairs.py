@@ -2,7 +2,7 @@
 (a seeded sample of the pairs that passed the filters, as the reference takes its 4M of
 OpenSubtitles and MultiUN), less the pairs held back for the dev suite (output ``dev_pairs``, up
 to about 2,000, chosen by a hash of each pair so that new bitext moves none of them between
-training and development, and every pair sharing a sentence with them: ops.held_back), with the
+training and development, and every pair sharing a sentence with them: ops.pairs.held_back), with the
 training pairs the dev suite retrieves them among (output ``dev_pool``), and for
 languages with a pre-tokenizer (zh) segmented with jieba: the text the vocabulary and model see.
 A segmented language keeps its unsegmented pairs too (output ``unsegmented``): the multilingual
@@ -15,19 +15,19 @@ from assets.metadata import corpora_table, pipeline_funnel_table, report_metadat
 from assets.records import DeduplicatedRecord, PairCounts, RawPairsRecord, read_record
 from assets.stage import Manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
-from ops.corpus_caps import cap_corpora
-from ops.dedup import deduplicate
-from ops.held_back import hold_back
-from ops.pair_files import has_corpus_column
-from ops.segmentation import segment_pairs
+from ops.cleaning.segmentation import segment_pairs
+from ops.pairs.corpus_caps import cap_corpora
+from ops.pairs.dedup import deduplicate
+from ops.pairs.held_back import hold_back
+from ops.pairs.pair_files import has_corpus_column
 from ops.stage_report import StageReport
 
 # 3: pairs held back for the dev suite; 4: chosen by their own hash; 5: the dev suite's pool
 CODE_VERSION = "5"
-#: Seed of the per-corpus cap samples (ops.corpus_caps).
+#: Seed of the per-corpus cap samples (ops.pairs.corpus_caps).
 CAP_SEED = 1234
 CHECK = "deduplicated_pairs_not_empty"
-#: the held-back pairs of the dev suite (ops.held_back), beside the training pairs
+#: the held-back pairs of the dev suite (ops.pairs.held_back), beside the training pairs
 DEV_PAIRS = "dev_pairs.parquet"
 #: the training pairs among which the dev suite retrieves the held-back pairs' translations
 DEV_POOL = "dev_pool.parquet"

@@ -21,7 +21,7 @@ from assets.evaluation_tables import scoreboard_tables
 from assets.languages import MULTI, load_registry
 from assets.resources import StorageResource
 from assets.stage import read_manifest
-from ops.text_io import atomic_path
+from ops.sources.text_io import atomic_path
 from psp_core.evaluation import scoreboard
 
 #: evaluations made before the automation's first tick (the daemon started after them): the

@@ -9,7 +9,7 @@ from assets.metadata import report_metadata, settings_table
 from assets.records import LanguageIdRecord, read_record
 from assets.stage import Manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
-from ops.langid import LanguageRule, filter_language
+from ops.language_id.langid import LanguageRule, filter_language
 
 CODE_VERSION = "2"  # 2: Arabic marks stripped, kana-less "ja" read as "zh"
 CHECK = "langid_pass_rate_in_range"

@@ -24,10 +24,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ops.filters import FilterConfig
-from ops.langid import DEFAULT_OTHER_P, DEFAULT_OWN_P, DEFAULT_THRESHOLD, LanguageRule
-from ops.opus import OpusCorpus, corpora_from_config
-from ops.sentencepiece_model import CHARACTER_COVERAGE, INPUT_SENTENCE_SIZE, VOCAB_SIZE
+from ops.cleaning.filters import FilterConfig
+from ops.language_id.langid import DEFAULT_OTHER_P, DEFAULT_OWN_P, DEFAULT_THRESHOLD, LanguageRule
+from ops.sources.opus import OpusCorpus, corpora_from_config
+from ops.training_data.sentencepiece_model import (
+    CHARACTER_COVERAGE,
+    INPUT_SENTENCE_SIZE,
+    VOCAB_SIZE,
+)
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
 from psp_core.training import TrainConfig
 
@@ -68,8 +72,8 @@ class UnknownLanguageError(KeyError):
 @dataclass(frozen=True)
 class FilterSettings:
     """Language-ID rules and length/score/trigram thresholds: by default the paper's filters,
-    as :class:`ops.filters.FilterConfig` defines them, and the language-ID rules of
-    :class:`ops.langid.LanguageRule`: ``other_language`` for bitext (a side is dropped only
+    as :class:`ops.cleaning.filters.FilterConfig` defines them, and the language-ID rules of
+    :class:`ops.language_id.langid.LanguageRule`: ``other_language`` for bitext (a side is dropped only
     when another language has p >= ``langid_other_p`` and its own p < ``langid_own_p``; the
     paper applies no language ID to bitext), ``top_label`` for ParaNMT (the reference's: the
     top label is English on both sides). ``langid_threshold`` is the ``threshold`` rule's
@@ -95,7 +99,7 @@ class FilterSettings:
             self.langid_rule(kind)  # raises ValueError on an unknown rule or a bad probability
 
     def langid_rule(self, kind: str) -> LanguageRule:
-        """The :class:`ops.langid.LanguageRule` for ``kind`` (``bitext`` or ``paraphrase``)."""
+        """The :class:`ops.language_id.langid.LanguageRule` for ``kind`` (``bitext`` or ``paraphrase``)."""
         return LanguageRule(
             self.bitext_langid_rule if kind == "bitext" else self.paraphrase_langid_rule,
             other_p=self.langid_other_p,
@@ -104,7 +108,7 @@ class FilterSettings:
         )
 
     def filter_config(self) -> FilterConfig:
-        """The :class:`ops.filters.FilterConfig` these thresholds describe."""
+        """The :class:`ops.cleaning.filters.FilterConfig` these thresholds describe."""
         names = {f.name for f in fields(FilterConfig)}
         return FilterConfig(**{k: v for k, v in self.__dict__.items() if k in names})
 

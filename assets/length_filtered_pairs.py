@@ -8,7 +8,7 @@ from assets.metadata import report_metadata, settings_table
 from assets.records import PairCounts, read_record
 from assets.stage import Manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
-from ops.filters import filter_pairs
+from ops.cleaning.filters import filter_pairs
 
 CODE_VERSION = "1"
 CHECK = "length_filtered_pairs_not_empty"

@@ -1,7 +1,7 @@
 """The multilingual model (group ``multi``): one vocabulary and one model for every language of
 the registry's ``[multi]`` table, trained on the union of the languages' deduplicated pairs
 (the per-language chain's own outputs, never a second download), each language drawn by
-temperature sampling (:mod:`ops.multi_pairs`).
+temperature sampling (:mod:`ops.pairs.multi_pairs`).
 
 The assets are unpartitioned and stored under the code ``multi``; past the pairs they run the
 per-language stages' own code (vocabulary, packing, training, evaluation) with the ``[multi]``
@@ -43,7 +43,7 @@ from assets.records import MultiPairsRecord, read_record
 from assets.resources import StorageResource
 from assets.stage import Manifest, read_manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
-from ops.multi_pairs import LanguagePairs, sample_languages
+from ops.pairs.multi_pairs import LanguagePairs, sample_languages
 from psp_core.evaluation import plan_for_languages
 from psp_core.tokenization.tokenizer import make_pretokenizer
 

@@ -37,7 +37,7 @@ from assets.retrain_plan import current_plan, is_incremental, starting_version
 from assets.slots import machine_slot
 from assets.stage import Manifest, Stage, fingerprint
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
-from ops.pair_lineage import reference_sentences, vocabulary_fit
+from ops.pairs.pair_lineage import reference_sentences, vocabulary_fit
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator
 from psp_core.models.bundle import BundleError, load_bundle

@@ -28,10 +28,10 @@ from assets.records import RawPairsRecord, SourceCounts, read_record
 from assets.resources import OpusResource
 from assets.stage import Manifest, Stage
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
-from ops.local_bitext import import_local_bitext
-from ops.pair_concat import concat_pair_files
-from ops.pair_files import pair_file_info
-from ops.transient_errors import is_transient
+from ops.pairs.pair_files import pair_file_info
+from ops.sources.local_bitext import import_local_bitext
+from ops.sources.pair_concat import concat_pair_files
+from ops.sources.transient_errors import is_transient
 
 CODE_VERSION = "1"
 CHECK = "raw_pairs_not_empty"
@@ -62,7 +62,7 @@ DOWNLOAD_RETRY_POLICY = RetryPolicy(
 
 @contextmanager
 def fail_at_once_unless_transient() -> Iterator[None]:
-    """Let network failures (:func:`ops.transient_errors.is_transient`) reach the retry policy; turn
+    """Let network failures (:func:`ops.sources.transient_errors.is_transient`) reach the retry policy; turn
     every other error (a 404, a corpus or language missing, bad config, a corrupt zip) into a
     ``Failure`` that is not retried, with the error's message."""
     try:

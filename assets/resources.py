@@ -20,10 +20,10 @@ from pydantic import Field
 from assets.languages import load_registry
 from assets.null_defaults import NullMeansDefault, null_default
 from assets.profiles import ProfileResource, profile_from_environment
-from ops.langid import LanguageIdentifier
-from ops.opus import OPUS_API, OpusCorpus, fetch_opus_bitext, newest_opus_release
-from ops.opus import version_key as version_key  # the sensor's release order
-from ops.paranmt import PARANMT_HOWTO, ParaNmtSourceError, fetch_paranmt, paranmt_source
+from ops.language_id.langid import LanguageIdentifier
+from ops.sources.opus import OPUS_API, OpusCorpus, fetch_opus_bitext, newest_opus_release
+from ops.sources.opus import version_key as version_key  # the sensor's release order
+from ops.sources.paranmt import PARANMT_HOWTO, ParaNmtSourceError, fetch_paranmt, paranmt_source
 from ops.stage_report import StageReport
 from psp_core.files.download import DownloadError, retrying_session
 
@@ -166,7 +166,7 @@ class ParaNmtResource(DownloadResource):
         (default: :meth:`source`).
 
         Raises:
-            DownloadError: as :func:`ops.paranmt.fetch_paranmt`; one that a retry cannot fix
+            DownloadError: as :func:`ops.sources.paranmt.fetch_paranmt`; one that a retry cannot fix
                 (a 404) says how to give the file instead.
         """
         try:

@@ -10,7 +10,7 @@ pair is new to it, or none of its pairs is left -> full; its vocabulary no longe
 
 An incremental plan writes ``incremental_pairs.parquet``: every deduplicated pair the parent's
 lineage never trained on, and a seeded replay sample of the others, sized so that replayed
-pairs make the registry's ``replay_share`` of the file (:mod:`ops.pair_lineage`). Every plan
+pairs make the registry's ``replay_share`` of the file (:mod:`ops.pairs.pair_lineage`). Every plan
 writes ``train_pairs.npy``, the keys of the pairs the new version's lineage will have trained
 on (the parent's and the new ones; for a full retrain every deduplicated pair), which the model
 stage keeps in the version. The later stages follow the plan: ``sentencepiece_model`` copies
@@ -37,7 +37,7 @@ from assets.metadata import common_metadata
 from assets.model_versions import model_registry
 from assets.stage import Manifest, StageInputMissing
 from assets.stage_asset import Plan, Report, StageRun, stage_asset
-from ops.pair_lineage import (
+from ops.pairs.pair_lineage import (
     count_new_and_seen,
     merge_keys,
     split_new_and_seen,

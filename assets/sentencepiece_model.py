@@ -14,7 +14,7 @@ from assets.records import SentencepieceRecord, read_record
 from assets.retrain_plan import copy_parent_vocabulary, current_plan, starting_version
 from assets.stage import Manifest
 from assets.stage_asset import Plan, Report, StageRun, stage_asset
-from ops.sentencepiece_model import train_sentencepiece_from_pairs
+from ops.training_data.sentencepiece_model import train_sentencepiece_from_pairs
 from psp_core.tokenization.tokenizer import Tokenizer
 
 CODE_VERSION = "1"

@@ -15,10 +15,10 @@ from assets.records import PairCounts, SentencepieceRecord, TrainingDataRecord, 
 from assets.retrain_plan import current_plan, is_incremental
 from assets.stage import Manifest
 from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
-from ops.encoding import encode_and_pack, packing_tokenizer
 from ops.heap_release import release_free_memory
-from ops.shuffle import shuffled_batches
+from ops.pairs.shuffle import shuffled_batches
 from ops.stage_report import StageReport
+from ops.training_data.encoding import encode_and_pack, packing_tokenizer
 
 CODE_VERSION = "1"
 CHECK = "training_data_has_no_empty_sentences"

@@ -404,7 +404,7 @@ def quick_root(data_dir: Path, results_dir: Path, lang: str = "de") -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ops.packing import pack_pairs
+    from ops.training_data.packing import pack_pairs
     from psp_core import Tokenizer, TrainConfig, train
 
     root = results_dir / f"quick-root-{lang}"

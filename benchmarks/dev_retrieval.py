@@ -11,7 +11,7 @@ on:
 * dev: the retrieval error (%) of the language's held-back pairs
   (``deduplicated_pairs/dev_pairs.parquet``), the mean of both directions, among the held-back
   translations alone (``pool_0``) and among them plus a pool of distractors (``pool_F``): the
-  training pairs whose held-back key (:mod:`ops.held_back`) falls below F times the held-back
+  training pairs whose held-back key (:mod:`ops.pairs.held_back`) falls below F times the held-back
   rate, for each F of ``--pool-factors`` (nested: a smaller pool is part of a larger one);
 * test: the language's STS 2017 sets (Pearson x 100) and, for zh, the pairs multi_model.py
   keeps out of every model's training (every ``--hold-every``-th pair of the bitext; retrieval
@@ -77,9 +77,9 @@ def pool_pairs(path: Path, n_in: int, factor: float) -> tuple[list[str], list[st
     held-back rate of a corpus of ``n_in`` pairs."""
     import numpy as np
 
-    from ops.corpus_caps import sample_keys
-    from ops.held_back import DEFAULT_SEED, held_back_rate, pool_threshold
-    from ops.pair_files import iter_pair_batches
+    from ops.pairs.corpus_caps import sample_keys
+    from ops.pairs.held_back import DEFAULT_SEED, held_back_rate, pool_threshold
+    from ops.pairs.pair_files import iter_pair_batches
 
     threshold = pool_threshold(held_back_rate(n_in), factor)
     english, other = [], []

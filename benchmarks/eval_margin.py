@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def read_pairs(data_dir: Path, lang: str, limit: int, seed: int) -> list[tuple[str, str]]:
     """Up to ``limit`` non-empty pairs spread over the whole en-``lang`` corpus (every n-th)."""
-    from ops.text_io import read_aligned
+    from ops.sources.text_io import read_aligned
 
     folder = data_dir / "bitext" / f"en-{lang}"
     english, other = folder / "combined.en.gz", folder / f"combined.{lang}.gz"
@@ -66,8 +66,8 @@ def read_pairs(data_dir: Path, lang: str, limit: int, seed: int) -> list[tuple[s
 
 def train_model(args: argparse.Namespace, work: Path) -> tuple[Path, Path, dict]:
     """Train (or reuse) the multilingual model; returns (trained, untrained, info)."""
-    from ops.packing import pack_pairs
-    from ops.sentencepiece_model import train_sentencepiece
+    from ops.training_data.packing import pack_pairs
+    from ops.training_data.sentencepiece_model import train_sentencepiece
     from psp_core import Tokenizer, TrainConfig, train
 
     trained, untrained = work / "model", work / "untrained"

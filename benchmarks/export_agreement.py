@@ -26,7 +26,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import _common  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ops.packing import pack_pairs  # noqa: E402
+from ops.training_data.packing import pack_pairs  # noqa: E402
 from psp_core import Tokenizer, TrainConfig, load_model, train  # noqa: E402
 from psp_core.models.export import export_model  # noqa: E402
 

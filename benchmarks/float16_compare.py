@@ -24,7 +24,7 @@ import _common
 import numpy as np
 import torch
 
-from ops.packing import pack_pairs
+from ops.training_data.packing import pack_pairs
 from psp_core import Tokenizer, TrainConfig, load_model, train
 from psp_core.evaluation import StsEvaluator
 

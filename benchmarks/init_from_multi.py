@@ -7,7 +7,7 @@ model's vocabulary and trained at the demo profile's settings for a language's m
 from the multilingual model's weights (``train(init_from=...)``, what ``psp train --init-from``
 does). The three models are scored on the language's dev suite: STS 2017 en-en, STS-B dev and
 the held-back pairs' retrieval error among them and the pool of distractors
-(:mod:`ops.held_back`, computed from the training pairs as the pipeline's ``dev_pool``). Test
+(:mod:`ops.pairs.held_back`, computed from the training pairs as the pipeline's ``dev_pool``). Test
 sets are not read. Prints one JSON object; logs go to stderr.
 
     .venv/bin/python benchmarks/init_from_multi.py --root runs/bench_multi --languages de,tr,ar,zh
@@ -47,7 +47,7 @@ def write_pool(folder: Path, lang_folder: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ops.held_back import POOL_FACTOR
+    from ops.pairs.held_back import POOL_FACTOR
 
     made = lang_folder / "deduplicated_pairs" / "dev_pool.parquet"
     if made.is_file():
@@ -68,7 +68,7 @@ def continue_multi(
     import pyarrow.parquet as pq
 
     from assets.profiles import PROFILE_SETTINGS, Profile
-    from ops.packing import pack_pairs
+    from ops.training_data.packing import pack_pairs
     from psp_core import load_model
     from psp_core.training.config import TrainConfig
     from psp_core.training.trainer import train

@@ -4,7 +4,7 @@ Every line of ``bitext/en-XX/combined.{en,XX}.gz`` (XX in de fr ru zh es ar tr; 
 English side has at least 3 whitespace tokens, the length filter's minimum) is scored once:
 
 * ``raw``: fastText's own ``predict(k=-1, threshold=0)`` on the line as it is;
-* ``corrected``: what :class:`ops.langid.LanguageIdentifier` reads (Arabic marks stripped, a
+* ``corrected``: what :class:`ops.language_id.langid.LanguageIdentifier` reads (Arabic marks stripped, a
   kana-less ``ja`` line labelled ``zh``): its top label and probability, and fastText's full
   distribution on the stripped text for the probability and rank of every shared language.
 
@@ -20,7 +20,7 @@ short wrong lines are as short as short correct ones. Each candidate rule decide
 from (top label is the side's language, top probability, the side's language's probability and
 rank, the pair's English tokens); a pair is kept when both sides pass. Reported per rule, pair
 and bucket: kept % of correct pairs and dropped % of each kind of wrong pair. The rules
-:mod:`ops.langid` implements (``threshold``, ``top_label``, ``other_language``) are also run
+:mod:`ops.language_id.langid` implements (``threshold``, ``top_label``, ``other_language``) are also run
 through the implementation itself (``LanguageRule.passes`` on the identifier's batched numbers)
 and must agree with their formula here (``implementation_agrees``).
 
@@ -49,7 +49,7 @@ import _common
 import numpy as np
 import pyarrow as pa
 
-from ops.langid import DEFAULT_OTHER_P, DEFAULT_OWN_P
+from ops.language_id.langid import DEFAULT_OTHER_P, DEFAULT_OWN_P
 
 LANGS = ("de", "fr", "ru", "zh", "es", "ar", "tr")
 ISSUE_LANGS = ("de", "fr", "ru", "es", "ar", "tr")  # the languages the rules were chosen on
@@ -130,7 +130,7 @@ def fasttext_model(identifier):
 
 def score_lines(identifier, lines: list[str]) -> dict[str, Scores]:
     """``raw`` and ``corrected`` scores of ``lines`` (see the module docstring)."""
-    from ops.langid import strip_arabic_marks
+    from ops.language_id.langid import strip_arabic_marks
 
     started = time.perf_counter()
     model = fasttext_model(identifier)
@@ -324,10 +324,10 @@ def evaluate(decide: Decide, scores: Scores, pairs: PairSet) -> dict:
 
 
 def implementation_check(identifier, lines: list[str], sets: list[PairSet], scores) -> dict:
-    """Run the rules ops.langid implements through the implementation (batched top label,
+    """Run the rules ops.language_id.langid implements through the implementation (batched top label,
     ``label_probability`` where the rule asks) and count sides decided differently from the
     formulas above."""
-    from ops.langid import LanguageRule
+    from ops.language_id.langid import LanguageRule
 
     text = pa.array(lines, pa.string())
     label_ids, probs = identifier.predict_label_ids(text, (0.5, DEFAULT_OTHER_P))
@@ -378,8 +378,8 @@ def timed(function, repeats: int) -> float:
 
 
 def speed(args: argparse.Namespace, identifier, langs: list[str]) -> dict:
-    from ops.langid import LanguageRule, filter_language, strip_arabic_marks
-    from ops.pair_files import PairWriter
+    from ops.language_id.langid import LanguageRule, filter_language, strip_arabic_marks
+    from ops.pairs.pair_files import PairWriter
 
     per_lang = args.speed_pairs
     sides, columns = [], []  # columns: (expected language, one side of one language's pairs)
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats = 1
     if _common.require_data(args.data_dir, "bitext") is None:
         return 0
-    from ops.langid import LanguageIdentifier
+    from ops.language_id.langid import LanguageIdentifier
 
     langs = [x for x in args.languages.split(",") if x]
     unknown = sorted(set(langs) - set(LANGS))

@@ -131,7 +131,7 @@ def stage_seconds(root: Path) -> dict:
 def throughput(root: Path, resources: dict, steps: int, rounds: int) -> dict:
     """pairs/s of the multi training file against de's pairs packed with the same vocabulary,
     same settings, ``steps`` steps each, alternating ``rounds`` times."""
-    from ops.encoding import encode_and_pack, packing_tokenizer
+    from ops.training_data.encoding import encode_and_pack, packing_tokenizer
     from psp_core import train
     from psp_core.training import TrainConfig
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import _common
 import numpy as np
 
-from ops.packing import pack_pairs
+from ops.training_data.packing import pack_pairs
 from psp_core import Tokenizer, TrainConfig, load_model, train
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.tatoeba import evaluate_tatoeba, tatoeba_languages

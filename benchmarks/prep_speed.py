@@ -229,9 +229,9 @@ def library_floor(stages: Path, n_pairs: int = 16_384, repeats: int = 3) -> dict
     own ``predict`` on the same lines for reference, and sentencepiece ``Encode`` (1 thread) on
     both deduplicated sides. With 2 cores, ``2 / (langid + sentencepiece)`` is the most pairs
     per second a chain built on them can reach on this machine, at this moment."""
-    from ops.encoding import packing_tokenizer
-    from ops.langid import LanguageIdentifier
-    from ops.pair_files import iter_pair_batches
+    from ops.language_id.langid import LanguageIdentifier
+    from ops.pairs.pair_files import iter_pair_batches
+    from ops.training_data.encoding import packing_tokenizer
 
     raw = next(iter_pair_batches(stages / "raw_pairs" / "pairs.parquet", n_pairs))
     lowered = next(iter_pair_batches(stages / "deduplicated_pairs" / "pairs.parquet", n_pairs))

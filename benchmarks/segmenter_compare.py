@@ -86,7 +86,7 @@ def rate(function, items: list, repeats: int) -> dict:
 def speed(sentences: list[str], vocab_size: int, repeats: int, work: Path) -> dict:
     import torch
 
-    from ops.sentencepiece_model import train_sentencepiece
+    from ops.training_data.sentencepiece_model import train_sentencepiece
     from psp_core import PSPModel, Tokenizer
     from psp_core.models.bundle import BundleConfig
     from psp_core.tokenization.tokenizer import make_pretokenizer

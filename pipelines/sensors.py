@@ -38,7 +38,7 @@ from dagster import (
 from assets.languages import LanguageSpec, load_registry
 from assets.profiles import retrain_run_config
 from assets.resources import OpusResource, StorageResource, version_key
-from ops.opus import OpusError
+from ops.sources.opus import OpusError
 from pipelines.dead_runs import fail_dead_runs
 from pipelines.jobs import psp_language_job
 

@@ -135,9 +135,9 @@ def real_en_de_bundles(tmp_path_factory) -> tuple[Path, Path]:
     Trained once per session; skipped when ``../shared/data`` is absent."""
     from itertools import islice
 
-    from ops.packing import pack_pairs
-    from ops.sentencepiece_model import train_sentencepiece
-    from ops.text_io import read_aligned
+    from ops.sources.text_io import read_aligned
+    from ops.training_data.packing import pack_pairs
+    from ops.training_data.sentencepiece_model import train_sentencepiece
     from psp_core import TrainConfig, train
 
     bitext = require_shared_data("bitext", "en-de")
@@ -166,7 +166,7 @@ def german_numbers_spm(tmp_path_factory) -> Path:
     """A 600-piece sentencepiece model of generated English, German and sentences full of
     numbers (many words of several pieces, and runs of digits whose segmentations nearly tie):
     the word cache's and the word sums' tests."""
-    from ops.sentencepiece_model import train_sentencepiece
+    from ops.training_data.sentencepiece_model import train_sentencepiece
     from tests.pipelines.corpora import english_german
 
     english, german = english_german(3000, seed=3)

@@ -3,7 +3,7 @@
 the README reports: STS 2017 en-en (the paper's dev set) and the STS Benchmark's dev split,
 Pearson r x 100 each (higher is better), and for each language the retrieval error on its
 held-back pairs (pairs set aside before the vocabulary and the model saw any of their
-sentences, :mod:`ops.held_back`): the % of held-back sentences whose nearest sentence by cosine,
+sentences, :mod:`ops.pairs.held_back`): the % of held-back sentences whose nearest sentence by cosine,
 among the held-back translations and a pool of distractors (other pairs of the same corpus,
 about ten times as many), is not their translation, the mean of both directions (lower is
 better). The distractors make the score see a worse model: among the held-back translations

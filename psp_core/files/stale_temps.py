@@ -3,8 +3,8 @@
 Every writer in the project writes beside its target under a name that ends in its own pid, and
 renames (or, on an exception, removes) it when done:
 
-* ``.{name}.tmp-{pid}``: pair files (:class:`ops.pair_files.PairWriter`),
-  :func:`ops.text_io.atomic_path`, a stage's manifest;
+* ``.{name}.tmp-{pid}``: pair files (:class:`ops.pairs.pair_files.PairWriter`),
+  :func:`ops.sources.text_io.atomic_path`, a stage's manifest;
 * ``{name}.tmp-{pid}``: training files, checkpoints, model bundle directories;
 * ``{name}.old-{pid}``: a directory being replaced where the file system cannot exchange two
   names at once (:func:`psp_core.files.output_dirs.replace_directory`).

@@ -58,7 +58,7 @@ PROMOTED = "promoted"
 LEGACY_MODEL = "model"
 BUNDLE = "model"
 VERSION_FILE = "version.json"
-#: the keys of the pairs a version's lineage trained on (:mod:`ops.pair_lineage`)
+#: the keys of the pairs a version's lineage trained on (:mod:`ops.pairs.pair_lineage`)
 TRAIN_PAIRS = "train_pairs.npy"
 EXPORTS = "exports"
 #: links beside ``promoted`` to the same names in the promoted version: the paths where earlier

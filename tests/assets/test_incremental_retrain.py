@@ -20,8 +20,8 @@ from assets.languages import RetrainSettings
 from assets.profiles import ProfileResource
 from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
 from assets.stage import read_manifest
-from ops.pair_files import iter_pair_batches, iter_pairs
-from ops.pair_lineage import pair_keys
+from ops.pairs.pair_files import iter_pair_batches, iter_pairs
+from ops.pairs.pair_lineage import pair_keys
 from psp_core import load_model
 from psp_core.models.registry import ModelRegistry
 from psp_core.tokenization.tokenizer import sha256_file

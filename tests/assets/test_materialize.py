@@ -15,7 +15,7 @@ import yaml
 from dagster import AssetKey, DagsterInstance, TableMetadataValue, materialize
 
 from assets.resources import ComputeResource
-from ops.pair_files import iter_pairs, pair_file_info
+from ops.pairs.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import ASSET_MODULES, defs
 from psp_core import load_model
 from tests.ops.opus_server import OpusServer, build_moses_zip

@@ -15,7 +15,7 @@ import yaml
 from dagster import materialize
 
 from assets.languages import load_registry
-from ops.pair_files import iter_pair_batches
+from ops.pairs.pair_files import iter_pair_batches
 from pipelines.definitions import defs
 from psp_core import load_model
 from psp_core.tokenization.tokenizer import make_pretokenizer

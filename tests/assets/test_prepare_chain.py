@@ -12,7 +12,7 @@ import pytest
 from dagster import DagsterEventType, materialize
 
 from assets.resources import ComputeResource
-from ops.pair_files import iter_pairs, pair_file_info
+from ops.pairs.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import defs
 from psp_core.tokenization.tokenizer import Tokenizer
 from psp_core.training.training_file import TrainingFile

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.moses_zip import WHITESPACE_LEAD_BYTES, aligned_batches, aligned_pairs, clean_line
+from ops.sources.moses_zip import WHITESPACE_LEAD_BYTES, aligned_batches, aligned_pairs, clean_line
 from ops.stage_report import StageReport
 
 Outcome = tuple[list[tuple[str, str]], int, dict[str, int], str | None]

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from ops.corpus_caps import SmallestKeys, cap_corpora
-from ops.pair_files import PairWriter, has_corpus_column, iter_pairs
+from ops.pairs.corpus_caps import SmallestKeys, cap_corpora
+from ops.pairs.pair_files import PairWriter, has_corpus_column, iter_pairs
 
 
 def write_corpora(path: Path, corpora: list[tuple[str, int]], batch: int = 7) -> list[tuple]:

@@ -5,9 +5,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from ops.dedup import FingerprintSet, deduplicate, lowercase, pair_fingerprints
-from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs
-from ops.text_io import read_aligned
+from ops.pairs.dedup import FingerprintSet, deduplicate, lowercase, pair_fingerprints
+from ops.pairs.pair_files import PairWriter, iter_pair_chunks, iter_pairs
+from ops.sources.text_io import read_aligned
 from tests.conftest import require_shared_data
 
 
@@ -88,7 +88,7 @@ def test_real_bitext_dedup_removes_only_duplicates(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("block", [4096, 61])
 def test_lowercase_mismatches_equal_the_per_character_definition(block: int) -> None:
-    from ops.dedup import _lowercase_mismatches
+    from ops.pairs.dedup import _lowercase_mismatches
 
     characters = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
     lowered = pc.utf8_lower(pa.array(characters)).to_pylist()

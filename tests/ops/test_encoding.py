@@ -5,9 +5,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.encoding import EMPTY_AFTER_ENCODING, MAX_PIECES, encode_and_pack
-from ops.pair_files import PairWriter
-from ops.sentencepiece_model import (
+from ops.pairs.pair_files import PairWriter
+from ops.training_data.encoding import EMPTY_AFTER_ENCODING, MAX_PIECES, encode_and_pack
+from ops.training_data.sentencepiece_model import (
     reservoir_sample,
     reservoir_sample_arrays,
     train_sentencepiece_from_pairs,
@@ -122,7 +122,7 @@ def test_a_vocabulary_too_small_for_the_script_is_raised_to_fit_its_characters(t
         for i in range(1500)
     ]
     source = write_pair_file(tmp_path / "pairs.parquet", pairs, tgt_lang="zh")
-    with caplog.at_level("WARNING", logger="ops.sentencepiece_model"):
+    with caplog.at_level("WARNING", logger="ops.training_data.sentencepiece_model"):
         model = train_sentencepiece_from_pairs(
             source, tmp_path / "spm.model", vocab_size=300, character_coverage=1.0, seed=0
         )
@@ -302,7 +302,7 @@ def test_the_quick_profile_vocabulary_trains_on_the_real_chinese_bitext(tmp_path
     chain does: sentencepiece needed about 1,700 for the characters and failed; now it fits."""
     import gzip
 
-    from ops.segmentation import segment_pairs
+    from ops.cleaning.segmentation import segment_pairs
 
     bitext = require_shared_data("bitext", "en-zh")
     with (

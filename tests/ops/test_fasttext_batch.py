@@ -1,4 +1,4 @@
-"""ops.fasttext_batch: the batched predictor gives fastText's labels and threshold decisions."""
+"""ops.language_id.fasttext_batch: the batched predictor gives fastText's labels and threshold decisions."""
 
 import random
 import subprocess
@@ -10,11 +10,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.fasttext_batch import BatchPredictor, batch_predictor, huffman_tree, token_hashes
-from ops.fasttext_subwords import read_pruning, subword_index
-from ops.langid import LanguageIdentifier, default_model_path
-from ops.text_io import read_aligned
-from ops.uint64_table import KeyIndex
+from ops.language_id.fasttext_batch import (
+    BatchPredictor,
+    batch_predictor,
+    huffman_tree,
+    token_hashes,
+)
+from ops.language_id.fasttext_subwords import read_pruning, subword_index
+from ops.language_id.langid import LanguageIdentifier, default_model_path
+from ops.pairs.uint64_table import KeyIndex
+from ops.sources.text_io import read_aligned
 from tests.conftest import require_shared_data
 
 SENTENCES = {
@@ -131,12 +136,12 @@ def test_a_small_token_cache_starts_again_and_stays_exact(lid_model) -> None:
 
 
 def test_new_tokens_computed_a_slice_at_a_time_give_the_same_cache(lid_model, monkeypatch) -> None:
-    import ops.fasttext_batch
+    import ops.language_id.fasttext_batch
 
     lines = pa.array(mixed_lines(2000, seed=5) + UNUSUAL, pa.string())
     whole = batch_predictor(lid_model, default_model_path())
     expected = whole.predict(lines, (0.5,))
-    monkeypatch.setattr(ops.fasttext_batch, "NEW_TOKEN_SLICE", 7)
+    monkeypatch.setattr(ops.language_id.fasttext_batch, "NEW_TOKEN_SLICE", 7)
     sliced = batch_predictor(lid_model, default_model_path())
     added: list[int] = []
     original = sliced._add_tokens

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.filters import (
+from ops.cleaning.filters import (
     FilterConfig,
     filter_pairs,
     mean_token_counts,
@@ -15,7 +15,7 @@ from ops.filters import (
     whitespace_token_counts,
     word_tokenize,
 )
-from ops.pair_files import PairWriter, iter_pair_chunks
+from ops.pairs.pair_files import PairWriter, iter_pair_chunks
 from tests.conftest import require_shared_data
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.held_back import POOL_FACTOR, held_back_rate, hold_back
-from ops.pair_files import PairWriter, iter_pairs
+from ops.pairs.held_back import POOL_FACTOR, held_back_rate, hold_back
+from ops.pairs.pair_files import PairWriter, iter_pairs
 
 
 def write_pairs(path: Path, pairs: list[tuple[str, str]], batch: int = 13) -> None:

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ops.langid import (
+from ops.language_id.langid import (
     RULES,
     LanguageIdentifier,
     LanguageRule,
@@ -14,8 +14,8 @@ from ops.langid import (
     lid_language,
     strip_arabic_marks,
 )
-from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs
-from ops.text_io import read_aligned
+from ops.pairs.pair_files import PairWriter, iter_pair_chunks, iter_pairs
+from ops.sources.text_io import read_aligned
 from tests.conftest import require_shared_data
 
 EN = [

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ops.local_bitext import import_local_bitext
-from ops.pair_files import iter_pairs, pair_file_info
-from ops.text_io import open_text
+from ops.pairs.pair_files import iter_pairs, pair_file_info
+from ops.sources.local_bitext import import_local_bitext
+from ops.sources.text_io import open_text
 from tests.conftest import require_shared_data
 
 

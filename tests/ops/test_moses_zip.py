@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.moses_zip import UnsafeZipError, read_moses_zip_batches
+from ops.sources.moses_zip import UnsafeZipError, read_moses_zip_batches
 from ops.stage_report import StageReport
 from tests.ops.opus_server import build_moses_zip
 

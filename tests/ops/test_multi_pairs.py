@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.multi_pairs import LanguagePairs, sample_languages, temperature_counts
-from ops.pair_files import PairWriter, iter_pair_batches
+from ops.pairs.multi_pairs import LanguagePairs, sample_languages, temperature_counts
+from ops.pairs.pair_files import PairWriter, iter_pair_batches
 from psp_core.tokenization.tokenizer import make_pretokenizer
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ops import opus
-from ops.moses_zip import UnsafeZipError, read_moses_zip_batches
-from ops.opus import (
+from ops.pairs.pair_files import iter_pairs, pair_file_info
+from ops.sources import opus
+from ops.sources.moses_zip import UnsafeZipError, read_moses_zip_batches
+from ops.sources.opus import (
     OpusCorpus,
     OpusError,
     corpora_from_config,
@@ -18,7 +19,6 @@ from ops.opus import (
     paper_corpora,
     rebase_url,
 )
-from ops.pair_files import iter_pairs, pair_file_info
 from tests.ops.opus_server import Fault, OpusServer, build_moses_zip
 
 FAST = {"backoff": 0.001, "timeout": 10}
@@ -77,7 +77,7 @@ def test_english_is_always_src_and_tgt_lang_is_the_partition_code(
 def test_mixture_is_concatenated_whole_labelled_and_counted_per_corpus(
     opus_server: OpusServer, tmp_path: Path
 ) -> None:
-    """Caps are not applied here (they apply after the filters, ops.corpus_caps): every corpus is
+    """Caps are not applied here (they apply after the filters, ops.pairs.corpus_caps): every corpus is
     read and written whole, each pair labelled with its corpus."""
     serve(opus_server, "OpenSubtitles", "v2018", "de", 30)
     english, other = parallel("Tanzil", "de", 6)

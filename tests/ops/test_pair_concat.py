@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.pair_concat import concat_pair_files
-from ops.pair_files import PairWriter, iter_pair_chunks, pair_file_info
+from ops.pairs.pair_files import PairWriter, iter_pair_chunks, pair_file_info
+from ops.sources.pair_concat import concat_pair_files
 
 
 def write(path: Path, pairs: list[tuple[str, str]], scores=None, tgt_lang="de") -> Path:

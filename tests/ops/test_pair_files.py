@@ -4,7 +4,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs, pair_file_info
+from ops.pairs.pair_files import PairWriter, iter_pair_chunks, iter_pairs, pair_file_info
 from ops.stage_report import StageReport
 
 

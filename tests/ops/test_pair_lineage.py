@@ -1,4 +1,4 @@
-"""ops.pair_lineage: the lineage keys of pairs, new and seen pairs against a version's keys, the
+"""ops.pairs.pair_lineage: the lineage keys of pairs, new and seen pairs against a version's keys, the
 replay sample, and the vocabulary's fit."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ops.pair_files import PairWriter, iter_pairs
-from ops.pair_lineage import (
+from ops.pairs.pair_files import PairWriter, iter_pairs
+from ops.pairs.pair_lineage import (
     count_new_and_seen,
     merge_keys,
     pair_keys,

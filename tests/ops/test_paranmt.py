@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ops import paranmt
-from ops.filters import filter_pairs
-from ops.pair_files import iter_pair_chunks, pair_file_info
-from ops.paranmt import fetch_paranmt
+from ops.cleaning.filters import filter_pairs
+from ops.pairs.pair_files import iter_pair_chunks, pair_file_info
+from ops.sources import paranmt
+from ops.sources.paranmt import fetch_paranmt
 from psp_core.files.download import DownloadError
 from tests.conftest import require_shared_data
 from tests.ops.opus_server import Fault, OpusServer

@@ -61,8 +61,8 @@ def test_the_sentencepiece_stage_reports_its_sample_and_its_training(
     import logging
 
     import ops.progress
-    from ops.pair_files import PairWriter
-    from ops.sentencepiece_model import train_sentencepiece_from_pairs
+    from ops.pairs.pair_files import PairWriter
+    from ops.training_data.sentencepiece_model import train_sentencepiece_from_pairs
 
     pairs = tmp_path / "pairs.parquet"
     sources, targets = zip(*toy.pairs(2000), strict=True)

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from ops.pair_files import PairWriter, iter_pair_chunks, iter_pairs
-from ops.segmentation import CACHE_FILE, segment_pairs
-from ops.text_io import read_aligned
+from ops.cleaning.segmentation import CACHE_FILE, segment_pairs
+from ops.pairs.pair_files import PairWriter, iter_pair_chunks, iter_pairs
+from ops.sources.text_io import read_aligned
 from psp_core.tokenization.tokenizer import make_pretokenizer
 from tests.conftest import require_shared_data
 
@@ -85,7 +85,7 @@ def test_the_cache_lands_in_the_stage_folder_even_when_jieba_was_loaded_before(
     dictionary cache where the stage's worker processes will read it."""
     import jieba
 
-    from ops.segmentation import configure_jieba
+    from ops.cleaning.segmentation import configure_jieba
 
     jieba.setLogLevel(60)
     configure_jieba(tmp_path / "first")

@@ -4,8 +4,8 @@ from contextlib import closing
 import pyarrow.parquet as pq
 import pytest
 
-from ops.pair_files import PairWriter, iter_pair_chunks, pair_file_info
-from ops.shuffle import bucket_count, shuffle_pairs, shuffled_batches
+from ops.pairs.pair_files import PairWriter, iter_pair_chunks, pair_file_info
+from ops.pairs.shuffle import bucket_count, shuffle_pairs, shuffled_batches
 from ops.stage_report import StageReport
 
 

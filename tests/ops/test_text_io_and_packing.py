@@ -2,9 +2,9 @@ import gzip
 
 import pytest
 
-from ops.packing import pack_pairs
-from ops.sentencepiece_model import reservoir_sample, train_sentencepiece
-from ops.text_io import atomic_path, read_aligned
+from ops.sources.text_io import atomic_path, read_aligned
+from ops.training_data.packing import pack_pairs
+from ops.training_data.sentencepiece_model import reservoir_sample, train_sentencepiece
 from psp_core.tokenization.tokenizer import Tokenizer
 from psp_core.training.training_file import TrainingFile
 

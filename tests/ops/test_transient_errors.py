@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.opus import OpusCorpus, fetch_opus_zip
-from ops.transient_errors import is_transient
+from ops.sources.opus import OpusCorpus, fetch_opus_zip
+from ops.sources.transient_errors import is_transient
 from psp_core.files.download import download, retrying_session
 from tests.ops.opus_server import Fault, OpusServer, build_moses_zip
 

@@ -18,8 +18,8 @@ from assets.resources import (
     ParaNmtResource,
     default_resources,
 )
-from ops import paranmt
-from ops.opus import OPUS_API
+from ops.sources import paranmt
+from ops.sources.opus import OPUS_API
 from pipelines.definitions import defs
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import pytest
 from dagster import materialize
 
 from assets.languages import RegistryError, load_registry, parse_registry
-from ops.langid import LanguageRule
-from ops.opus import paper_corpora
-from ops.pair_files import iter_pairs, pair_file_info
+from ops.language_id.langid import LanguageRule
+from ops.pairs.pair_files import iter_pairs, pair_file_info
+from ops.sources.opus import paper_corpora
 from pipelines.definitions import defs
 from psp_core.training import TrainConfig
 from tests.ops.opus_server import OpusServer, build_moses_zip

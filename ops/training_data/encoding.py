@@ -5,7 +5,7 @@ its threads (``Tokenizer.num_threads``) share the work; truncation to ``Tokenize
 pieces (the paper's 100) and unknown-piece handling are the tokenizer's. Pairs with a side that
 encodes to no ids at all are dropped and counted as ``empty_after_encoding``.
 
-The order of the input is kept: shuffle first (:func:`ops.shuffle.shuffle_pairs`), because
+The order of the input is kept: shuffle first (:func:`ops.pairs.shuffle.shuffle_pairs`), because
 training reads the HDF5 in contiguous slices.
 
 Worker processes (``workers > 1``): sentencepiece's Python binding holds the GIL for a whole
@@ -16,7 +16,7 @@ one-thread tokenizer and sends back compact CSR arrays; this process reads, drop
 and writes, in input order, so the file is the same for any number of workers.
 
 Chinese: the chain segments the text with jieba before sentencepiece is trained
-(:func:`ops.segmentation.segment_pairs`), so the tokenizer used here must have pre-tokenizer
+(:func:`ops.cleaning.segmentation.segment_pairs`), so the tokenizer used here must have pre-tokenizer
 ``"none"``; segmenting again would change the text. The model bundle built for inference later
 gets ``"jieba"``, because raw user input is not segmented.
 """
@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ops.ordered_pool import ordered_map
-from ops.pair_files import iter_pair_batches, pair_columns, pair_file_info
+from ops.pairs.pair_files import iter_pair_batches, pair_columns, pair_file_info
 from ops.progress import Progress
 from ops.stage_report import StageReport
 from psp_core.tokenization.csr import TokenBatch
@@ -213,7 +213,7 @@ def encode_and_pack(
 
     Args:
         input: a pair file, or a stream of its record batches (the shuffle's,
-            :func:`ops.shuffle.shuffled_batches`), in the order training should read it.
+            :func:`ops.pairs.shuffle.shuffled_batches`), in the order training should read it.
         tokenizer: the shared sentencepiece tokenizer (see the module note on ``pretokenizer``).
         output: the training HDF5, written atomically; attrs ``n_pairs``, ``vocab_size``,
             ``spm_sha256``, ``lang``, ``kind``, ``seed``, ``format_version``.

@@ -3,7 +3,7 @@
 Each ``NAME`` contributes one file pair (plain or ``.gz``, e.g. ``combined.en.gz`` +
 ``combined.de.gz``); several NAMEs are concatenated in sorted order. Other files in the
 directory (``combined.origin.gz``, READMEs) are ignored. Lines are read as bytes in lockstep and
-cleaned like OPUS lines (see :func:`ops.moses_zip.aligned_batches`): pairs with an empty or
+cleaned like OPUS lines (see :func:`ops.sources.moses_zip.aligned_batches`): pairs with an empty or
 undecodable side are counted skips, unequal line counts are an error.
 """
 
@@ -16,8 +16,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
-from ops.moses_zip import aligned_batches
-from ops.pair_files import PairWriter
+from ops.pairs.pair_files import PairWriter
+from ops.sources.moses_zip import aligned_batches
 from ops.stage_report import StageReport
 
 log = logging.getLogger(__name__)

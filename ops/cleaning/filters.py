@@ -39,7 +39,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from ops.pair_files import (
+from ops.pairs.pair_files import (
     DEFAULT_BATCH,
     PairWriter,
     iter_pair_batches,

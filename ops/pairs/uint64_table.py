@@ -1,8 +1,8 @@
 """Open-addressing hash tables of uint64 keys in numpy arrays, filled a batch at a time.
 
-Two users: :class:`ops.dedup.FingerprintSet` (a set of 64-bit pair fingerprints, a few bytes per
+Two users: :class:`ops.pairs.dedup.FingerprintSet` (a set of 64-bit pair fingerprints, a few bytes per
 pair) and :class:`KeyIndex` (64-bit token hashes -> consecutive ids, the token cache of
-:mod:`ops.fasttext_batch`). Both keep their keys in one ``uint64`` array, with 0 marking an
+:mod:`ops.language_id.fasttext_batch`). Both keep their keys in one ``uint64`` array, with 0 marking an
 empty slot (a key 0 is stored as 1), linear probing, at most 70% full.
 """
 

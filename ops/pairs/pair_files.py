@@ -4,7 +4,7 @@ A pair file is a Parquet file with two string columns, ``src`` and ``tgt`` (for 
 is always the English side, whatever order OPUS names the pair in; for paraphrase data ``src``
 is the reference and ``tgt`` the paraphrase), an optional float32 ``score`` column (ParaNMT's
 paraphrase score) and an optional string ``corpus`` column (which OPUS corpus a pair came from,
-carried by the filters up to the per-corpus caps, see :mod:`ops.corpus_caps`). The schema's metadata
+carried by the filters up to the per-corpus caps, see :mod:`ops.pairs.corpus_caps`). The schema's metadata
 records ``src_lang`` and ``tgt_lang``.
 
 Writers append record batches and rename a temporary file into place only when closed without

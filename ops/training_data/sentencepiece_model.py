@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sentencepiece as spm
 
-from ops.pair_files import iter_pair_batches, pair_file_info
+from ops.pairs.pair_files import iter_pair_batches, pair_file_info
 from ops.progress import Progress, heartbeat
-from ops.text_io import atomic_path
+from ops.sources.text_io import atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from itertools import islice
 from pathlib import Path
 
-from ops.encoding import training_file_writer
+from ops.training_data.encoding import training_file_writer
 from psp_core.tokenization.tokenizer import Tokenizer
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ops.ordered_pool import ordered_map
-from ops.pair_files import PairWriter, iter_pair_batches, pair_columns, pair_file_info
+from ops.pairs.pair_files import PairWriter, iter_pair_batches, pair_columns, pair_file_info
 from ops.stage_report import StageReport
 from psp_core.tokenization.tokenizer import make_pretokenizer
 

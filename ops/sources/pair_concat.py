@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ops.pair_files import (
+from ops.pairs.pair_files import (
     CORPUS,
     DEFAULT_BATCH,
     PairWriter,
@@ -26,7 +26,7 @@ def concat_pair_files(
 
     All inputs must have the same languages. If any has a score column, the output has one and
     pairs from inputs without scores get NaN (no score: the paraphrase filter does not judge
-    them by score, see :func:`ops.filters.filter_pairs`). If any has a ``corpus`` column, so has the output, and the pairs of an
+    them by score, see :func:`ops.cleaning.filters.filter_pairs`). If any has a ``corpus`` column, so has the output, and the pairs of an
     input without one are labelled with the input's name (``part-inbox.parquet``: ``inbox``).
 
     Raises:

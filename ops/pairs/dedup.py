@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.pair_files import (
+from ops.pairs.pair_files import (
     CORPUS,
     DEFAULT_BATCH,
     PairWriter,
@@ -29,9 +29,9 @@ from ops.pair_files import (
     iter_pair_batches,
     pair_file_info,
 )
+from ops.pairs.uint64_table import EMPTY, MAX_LOAD, insert_distinct, nonzero_keys, splitmix64
 from ops.progress import Progress
 from ops.stage_report import StageReport
-from ops.uint64_table import EMPTY, MAX_LOAD, insert_distinct, nonzero_keys, splitmix64
 
 
 @functools.cache

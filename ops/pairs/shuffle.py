@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from ops.pair_files import (
+from ops.pairs.pair_files import (
     ROW_GROUP,
     PairWriter,
     iter_pair_batches,

@@ -8,7 +8,7 @@ decided on it, so it must be data the model never saw: a pair whose English or o
 training too (``shares_a_held_back_sentence``), not only the held-back pair itself.
 
 A pair is held back when its seeded 64-bit key (the same keys as the corpus caps,
-:mod:`ops.corpus_caps`: a hash of the pair's text, whatever the file's order) falls below
+:mod:`ops.pairs.corpus_caps`: a hash of the pair's text, whatever the file's order) falls below
 ``rate * 2**64``. The rate is a fixed share of the pairs (:data:`HELD_BACK_SHARE`) for a corpus
 of up to ``HELD_BACK_PAIRS / HELD_BACK_SHARE`` pairs, halved each time the corpus doubles past
 that, so about ``HELD_BACK_PAIRS / 2`` to ``HELD_BACK_PAIRS`` pairs are held back (a few
@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.corpus_caps import sample_keys
-from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
+from ops.pairs.corpus_caps import sample_keys
+from ops.pairs.pair_files import PairWriter, iter_pair_batches, pair_file_info
 from ops.stage_report import StageReport
 
 #: pairs held back per language, at most about (expected: the keys are hashes)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ops.pair_files import PairWriter, iter_pair_batches, pair_file_info
+from ops.pairs.pair_files import PairWriter, iter_pair_batches, pair_file_info
 from ops.progress import Progress
 
 log = logging.getLogger(__name__)

@@ -37,8 +37,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from ops.moses_zip import read_moses_zip_batches
-from ops.pair_files import PairWriter
+from ops.pairs.pair_files import PairWriter
+from ops.sources.moses_zip import read_moses_zip_batches
 from ops.stage_report import StageReport
 from psp_core.files.download import DownloadError, cached_file, download, retrying_session
 
@@ -83,7 +83,7 @@ class OpusError(RuntimeError):
     """An OPUS corpus could not be resolved or downloaded.
 
     Raised ``from`` the failed request or :class:`~psp_core.files.download.DownloadError` when there is
-    one, which tells whether a retry may help (:func:`ops.transient_errors.is_transient`).
+    one, which tells whether a retry may help (:func:`ops.sources.transient_errors.is_transient`).
     """
 
 
@@ -404,7 +404,7 @@ def fetch_opus_bitext(
     The pair file has ``src`` = English always and ``tgt_lang`` = ``lang`` (the partition code,
     ``zh`` even where OPUS says ``zh_cn``), and a ``corpus`` column naming each pair's corpus.
     Corpora are concatenated in the given order, whole: a corpus's cap is applied after the
-    filters, as a seeded sample of the pairs that pass them (:func:`ops.corpus_caps.cap_corpora`),
+    filters, as a seeded sample of the pairs that pass them (:func:`ops.pairs.corpus_caps.cap_corpora`),
     never to the first lines of the file. The report counts every line pair read; drops are
     ``empty`` and ``undecodable``; per-corpus reports are in ``report.corpora``.
 
@@ -413,7 +413,7 @@ def fetch_opus_bitext(
             exhausted, truncated zip), or a cached zip is corrupt, naming corpus, languages
             and URL or file.
         UnsafeZipError, ValueError: a hostile zip, or sides of unequal length
-            (see :func:`ops.moses_zip.read_moses_zip_batches`).
+            (see :func:`ops.sources.moses_zip.read_moses_zip_batches`).
     """
     if lang == "en":
         raise ValueError("fetch_opus_bitext builds en-X bitext; lang must not be 'en'")

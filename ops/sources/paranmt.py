@@ -11,7 +11,7 @@ a score column; the text member is read straight from the zip, never extracted.
 
 A file has one shape, fixed by its first line that fits one: three fields whose third is a
 finite number (scored), or two fields (unscored: the score is null, which the paraphrase filter
-does not judge; see :func:`ops.filters.filter_pairs`). A line of the other shape (a scored line
+does not judge; see :func:`ops.cleaning.filters.filter_pairs`). A line of the other shape (a scored line
 cut short looks unscored), of another field count or with a score that is not a finite number
 is counted as ``malformed``; undecodable lines and pairs with an empty side are counted skips
 too. Pairs read without a score are counted in the report's ``notes`` as ``unscored``.
@@ -34,8 +34,8 @@ from urllib.request import url2pathname
 
 import requests
 
-from ops.moses_zip import check_member_names
-from ops.pair_files import PairWriter
+from ops.pairs.pair_files import PairWriter
+from ops.sources.moses_zip import check_member_names
 from ops.stage_report import StageReport
 from psp_core.files.download import download
 

@@ -1,7 +1,7 @@
 """Which pairs a model's lineage trained on, which are new to it, and a replay sample of the
 others: what an incremental retrain trains on.
 
-Every pair has a 64-bit **lineage key**, a hash of its text (:func:`ops.corpus_caps.sample_keys`
+Every pair has a 64-bit **lineage key**, a hash of its text (:func:`ops.pairs.corpus_caps.sample_keys`
 with :data:`LINEAGE_SEED`: the same pair gets the same key in every file and every run). A
 version keeps the sorted, distinct keys of every pair its lineage trained on (8 bytes a pair, a
 ``.npy`` file read memory-mapped). The pairs of a new corpus whose key is not in that array are
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ops.corpus_caps import sample_keys
-from ops.held_back import key_threshold
-from ops.pair_files import (
+from ops.pairs.corpus_caps import sample_keys
+from ops.pairs.held_back import key_threshold
+from ops.pairs.pair_files import (
     PairWriter,
     iter_pair_batches,
     iter_pairs,

@@ -9,7 +9,7 @@ repeats its tokens, so :class:`BatchPredictor` does that work once per distinct 
 * per distinct token, cached across batches: the sum of its input-matrix rows and their number.
   The ids are what fastText's ``getSubwords`` gives (the word's id if it is in the vocabulary,
   then its character n-grams that survived the model's pruning), computed for a whole batch of
-  new tokens at once by :mod:`ops.fasttext_subwords`; the rows come from fastText
+  new tokens at once by :mod:`ops.language_id.fasttext_subwords`; the rows come from fastText
   (``get_input_vector``, which also decodes a quantized ``.ftz`` matrix);
 * the hidden vector of a line is the mean of the rows of all its tokens' ids plus the
   end-of-sentence token, as in fastText's ``computeHidden``;
@@ -58,8 +58,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ops.fasttext_subwords import SubwordIndex, subword_index, utf8_view
-from ops.uint64_table import KeyIndex, splitmix64
+from ops.language_id.fasttext_subwords import SubwordIndex, subword_index, utf8_view
+from ops.pairs.uint64_table import KeyIndex, splitmix64
 
 log = logging.getLogger(__name__)
 
