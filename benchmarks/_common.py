@@ -87,7 +87,7 @@ def dev_suite_for(root: Path, code: str, eval_dir: Path = DEFAULT_DATA_DIR / "ev
     the pipeline prepared under the storage root ``root``, and ``code``'s spec in the
     shared-data registry (its pretokenizer: the training file was encoded with it, so a model
     trained on it must tokenize the same)."""
-    from assets.languages import load_registry
+    from assets.settings.languages import load_registry
     from psp_core.evaluation.dev_suite import DevSuite
 
     registry = load_registry(REPO_ROOT / "configs" / "languages-shared-data.toml")
@@ -305,7 +305,7 @@ def spm_model(
 QUICK_VOCAB_SIZE = 1000
 QUICK_PAIRS = 2000
 QUICK_DIM = 32
-#: training settings of a quick model (the smoke profile's, assets/profiles.py)
+#: training settings of a quick model (the smoke profile's, assets/settings/profiles.py)
 QUICK_TRAINING = {
     "dim": QUICK_DIM,
     "epochs": 1,

@@ -130,7 +130,7 @@ def train_variant(
     (made once; returns the bundle and the seconds it took, 0 when it was there)."""
     import os
 
-    from assets.profiles import PROFILE_SETTINGS, Profile
+    from assets.settings.profiles import PROFILE_SETTINGS, Profile
     from psp_core.training.config import TrainConfig
     from psp_core.training.trainer import train
 

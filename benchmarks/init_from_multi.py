@@ -67,7 +67,7 @@ def continue_multi(
     multilingual weights (made once); returns the bundle and the training seconds."""
     import pyarrow.parquet as pq
 
-    from assets.profiles import PROFILE_SETTINGS, Profile
+    from assets.settings.profiles import PROFILE_SETTINGS, Profile
     from ops.training_data.packing import pack_pairs
     from psp_core import load_model
     from psp_core.training.config import TrainConfig

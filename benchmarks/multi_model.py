@@ -234,8 +234,8 @@ def main() -> int:
 
     from dagster import DagsterInstance, materialize
 
-    from assets.languages import load_registry
-    from assets.resources import ComputeResource, default_resources
+    from assets.settings.languages import load_registry
+    from assets.settings.resources import ComputeResource, default_resources
     from pipelines.definitions import defs
 
     resources = default_resources()

@@ -175,7 +175,7 @@ def main() -> int:
         args.languages, args.profiles, args.workers = ["de"], ["smoke"], 1
         args.registry = _common.quick_registry(args.data_dir, args.results_dir, ("de",))
     os.environ["PSP_LANGUAGES"] = str(args.registry)
-    from assets.languages import load_registry
+    from assets.settings.languages import load_registry
 
     languages = args.languages or list(load_registry().codes)
     results: dict = {

@@ -13,7 +13,7 @@ sets):
   per chain;
 * the **incremental** chain runs every later week with ``retrain: incremental`` (it never
   chooses full by ``auto``'s rules); what ``auto`` would have decided is recorded beside it: its
-  rules about the registry (:func:`assets.retrain_plan.rule_before_data`) before the run, else
+  rules about the registry (:func:`assets.stages.retrain_plan.rule_before_data`) before the run, else
   the plan's own decision (new pairs, the vocabulary's fit);
 * the **full** chain runs every later week with ``retrain: full`` on the same data. It does not
   depend on the variant: one per seed, shared by every variant.
@@ -208,7 +208,7 @@ class Pipeline:
         returns the job's wall seconds."""
         from dagster import materialize
 
-        from assets.resources import ComputeResource, StorageResource, default_resources
+        from assets.settings.resources import ComputeResource, StorageResource, default_resources
 
         os.environ["PSP_LANGUAGES"] = str(registry)
         resources = default_resources(str(root))
@@ -241,7 +241,7 @@ def run_config(seed: int, retrain: str, model: dict | None = None) -> dict:
 def auto_would(registry, full_every: int) -> dict | None:
     """What ``retrain: auto`` would decide from the registry alone, before a run (None: the
     plan's reading of the pairs decides)."""
-    from assets.retrain_plan import rule_before_data
+    from assets.stages.retrain_plan import rule_before_data
 
     decided = rule_before_data("auto", registry, registry.promoted(), full_every)
     return None if decided is None else {"mode": "full", "rule": decided[0], "reason": decided[1]}
@@ -279,7 +279,7 @@ def gate_of(history: list, version_id: str) -> dict:
 def week_row(root: Path, job_seconds: float | None, auto: dict | None) -> dict:
     """The newest version of ``root``'s de model: its lineage, training, dev scores and the
     gate's decision (and what ``auto`` would have decided, when given)."""
-    from assets.stage import read_manifest
+    from assets.framework.stage import read_manifest
     from psp_core.evaluation.dev_suite import dev_mean
     from psp_core.models.registry import ModelRegistry
 
@@ -374,7 +374,7 @@ class Seed:
 def run_chain(pipeline: Pipeline, seed: Seed, args, variant: Variant | None) -> dict:
     """The full chain (``variant`` None) or a variant's incremental chain of ``seed``, weeks
     1..``args.weeks``; returns its rows, week 0's shared one first."""
-    from assets.languages import load_registry
+    from assets.settings.languages import load_registry
     from psp_core.models.registry import ModelRegistry
 
     name = "full" if variant is None else f"incremental-{variant.slug}"
@@ -605,7 +605,7 @@ def main() -> int:
         for variant in args.variant_list:
             incremental = run_chain(pipeline, state, args, variant)
             chains[variant.name][seed] = {"incremental": incremental, "full": full}
-    from assets.languages import load_registry
+    from assets.settings.languages import load_registry
 
     registry = work / f"seed-{args.seed_list[0]}" / "languages.toml"
     tolerance = load_registry(registry).languages[LANG].promotion.tolerance

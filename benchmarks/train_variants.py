@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import _common  # noqa: E402
 
-from assets.profiles import PROFILE_SETTINGS, Profile  # noqa: E402
+from assets.settings.profiles import PROFILE_SETTINGS, Profile  # noqa: E402
 from psp_core.evaluation.dev_suite import dev_mean  # noqa: E402
 from psp_core.training.config import TrainConfig  # noqa: E402
 from psp_core.training.trainer import train  # noqa: E402
@@ -52,7 +52,7 @@ def main() -> int:
         print(json.dumps({"skipped": f"{eval_dir} or {data} is absent"}))
         return 0
     overrides = json.loads(args.set)
-    # the demo profile's own settings (assets/profiles.py), as `make run` trains them
+    # the demo profile's own settings (assets/settings/profiles.py), as `make run` trains them
     asset = "multi_psp_model" if args.code == "multi" else "psp_model"
     demo = PROFILE_SETTINGS[Profile.demo][asset] | {"log_every": 500}
     smoke = PROFILE_SETTINGS[Profile.smoke][asset] if args.quick else {}

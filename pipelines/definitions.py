@@ -2,7 +2,7 @@
 
 Assets (one module per stage in ``assets/``, partitioned by language), the jobs that select
 their groups, the weekly retraining schedule, the new-bitext sensor, the dead-run sensor, the
-resources, configured from the environment (see :func:`assets.resources.default_resources`),
+resources, configured from the environment (see :func:`assets.settings.resources.default_resources`),
 and the executor every job runs with (Dagster's default, plus failing dead runs:
 :mod:`pipelines.executor`).
 """
@@ -18,7 +18,8 @@ from dagster import (
     load_assets_from_modules,
 )
 
-from assets import (
+from assets.settings.resources import default_resources
+from assets.stages import (
     deduplicated_pairs,
     evaluation_scoreboard,
     langid_filtered_pairs,
@@ -31,7 +32,6 @@ from assets import (
     sentencepiece_model,
     training_data,
 )
-from assets.resources import default_resources
 from pipelines.executor import code_location_executor
 from pipelines.jobs import JOBS
 from pipelines.schedules import weekly_retrain_schedule

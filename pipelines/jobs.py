@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-from assets.catalog import DATA_GROUP, MODEL_GROUP, MULTI_GROUP, SCOREBOARD_GROUP
-from assets.profiles import profile_summary
+from assets.framework.catalog import DATA_GROUP, MODEL_GROUP, MULTI_GROUP, SCOREBOARD_GROUP
+from assets.settings.profiles import profile_summary
 
 #: Asset groups in pipeline order; every partitioned asset belongs to exactly one. The
 #: unpartitioned scoreboard (group ``scoreboard``) has a job of its own.

@@ -1,6 +1,6 @@
 """Periodic retraining: one run per language, weekly by default.
 
-Every stage skips itself when its inputs and settings are unchanged (see ``assets.stage``), so a
+Every stage skips itself when its inputs and settings are unchanged (see ``assets.framework.stage``), so a
 scheduled run is cheap (benchmarks/RESULTS.md#noop-rerun) unless something changed: new inbox
 files, a registry edit, or a new release of a corpus configured as ``version = "latest"``.
 Scheduled runs use the paper's settings (``PSP_RETRAIN_PROFILE`` picks another profile).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
 
-from assets.languages import load_registry
-from assets.profiles import profile_from_environment, retrain_run_config
+from assets.settings.languages import load_registry
+from assets.settings.profiles import profile_from_environment, retrain_run_config
 from pipelines.jobs import psp_language_job
 
 RETRAIN_CRON = "0 3 * * 1"  # Mondays 03:00

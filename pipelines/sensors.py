@@ -35,9 +35,9 @@ from dagster import (
     sensor,
 )
 
-from assets.languages import LanguageSpec, load_registry
-from assets.profiles import retrain_run_config
-from assets.resources import OpusResource, StorageResource, version_key
+from assets.settings.languages import LanguageSpec, load_registry
+from assets.settings.profiles import retrain_run_config
+from assets.settings.resources import OpusResource, StorageResource, version_key
 from ops.sources.opus import OpusError
 from pipelines.dead_runs import fail_dead_runs
 from pipelines.jobs import psp_language_job

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dagster import DagsterInstance
 
-    from assets.languages import load_registry
+    from assets.settings.languages import load_registry
     from pipelines.definitions import defs
 
     registry = load_registry()

@@ -168,12 +168,17 @@ def test_a_cycle_is_found_when_there_is_one(tmp_path: Path) -> None:
     assert import_cycles("loop", root=tmp_path) == [["loop.a", "loop.b"]]
 
 
-#: the most modules ops may keep at its top level (its concepts are packages)
-OPS_TOP_LEVEL_MODULES = 10
+#: the most modules ops and assets may keep at their top level (their concepts are packages)
+PIPELINE_TOP_LEVEL_MODULES = 10
 
 
 @pytest.mark.parametrize(
-    "package, most", [("psp_core", PSP_CORE_TOP_LEVEL_MODULES), ("ops", OPS_TOP_LEVEL_MODULES)]
+    "package, most",
+    [
+        ("psp_core", PSP_CORE_TOP_LEVEL_MODULES),
+        ("ops", PIPELINE_TOP_LEVEL_MODULES),
+        ("assets", PIPELINE_TOP_LEVEL_MODULES),
+    ],
 )
 def test_a_package_keeps_few_modules_at_its_top_level(package: str, most: int) -> None:
     top = sorted(p.name for p in (ROOT / package).glob("*.py"))

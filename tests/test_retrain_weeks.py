@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from assets.languages import load_registry
+from assets.settings.languages import load_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "retrain_weeks.py"

@@ -3,8 +3,8 @@ schema of each asset's op (what the UI shows) has a description for every field.
 
 from __future__ import annotations
 
-from assets.config import TrainingDataConfig
-from assets.resources import ComputeResource, OpusResource
+from assets.settings.config import TrainingDataConfig
+from assets.settings.resources import ComputeResource, OpusResource
 from pipelines.definitions import defs
 
 

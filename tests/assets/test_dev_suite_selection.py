@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from assets.psp_model import DEV_SUITE_SELECTION
-from assets.stage import Stage, fingerprint
+from assets.framework.stage import Stage, fingerprint
+from assets.stages.psp_model import DEV_SUITE_SELECTION
 from psp_core.evaluation.dev_suite import dev_mean
 from psp_core.models.registry import ModelRegistry
 from tests.assets.test_evaluation_scoreboard import TRAINING, materialize_model_and_evaluation

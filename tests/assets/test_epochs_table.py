@@ -3,7 +3,7 @@ column for a training without model selection (it was an empty column)."""
 
 from __future__ import annotations
 
-from assets.metadata import epochs_table
+from assets.framework.metadata import epochs_table
 
 
 def history(dev: bool) -> list[dict]:
@@ -37,8 +37,8 @@ def test_without_model_selection_there_is_no_empty_dev_column() -> None:
 def test_a_best_epoch_found_damaged_is_shown_beside_the_epoch_kept() -> None:
     """When the kept epoch's table was damaged before the bundle was written, the bundle holds
     the final epoch's weights and psp_model's metadata says why; otherwise there is no entry."""
-    from assets.psp_model import training_metadata
-    from assets.records import ModelRecord
+    from assets.framework.records import ModelRecord
+    from assets.stages.psp_model import training_metadata
 
     common = dict(history=history(dev=True), steps=30, best_epoch=0, best_dev_score=80.1)
     common.update(dim=8, vocab_size=100, seconds=1.0)

@@ -14,9 +14,9 @@ import shutil
 import pytest
 from dagster import materialize
 
-from assets.profiles import ProfileResource
-from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
-from assets.stage import Stage, fingerprint
+from assets.framework.stage import Stage, fingerprint
+from assets.settings.profiles import ProfileResource
+from assets.settings.resources import ComputeResource, EvaluationDataResource, StorageResource
 from pipelines.definitions import defs
 
 REGISTRY = '[languages.de]\nsource = "local"\nlocal_dir = "unused"\n'

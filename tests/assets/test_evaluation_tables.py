@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from assets.evaluation_tables import speed_table
+from assets.lifecycle.evaluation_tables import speed_table
 
 
 def test_the_speed_table_names_its_units() -> None:

@@ -1,4 +1,4 @@
-"""Incremental retrains in the pipeline (assets.retrain_plan), on small generated de bitext
+"""Incremental retrains in the pipeline (assets.stages.retrain_plan), on small generated de bitext
 served by the loopback OPUS server, with new bitext dropped into the inbox: an incremental
 version trains on the new and replayed pairs only, from its parent's weights and with its
 vocabulary, and says so; a vocabulary that no longer fits, ``retrain: full`` and a refused
@@ -16,10 +16,10 @@ import xxhash
 import yaml
 from dagster import DagsterInstance, materialize
 
-from assets.languages import RetrainSettings
-from assets.profiles import ProfileResource
-from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
-from assets.stage import read_manifest
+from assets.framework.stage import read_manifest
+from assets.settings.languages import RetrainSettings
+from assets.settings.profiles import ProfileResource
+from assets.settings.resources import ComputeResource, EvaluationDataResource, StorageResource
 from ops.pairs.pair_files import iter_pair_batches, iter_pairs
 from ops.pairs.pair_lineage import pair_keys
 from psp_core import load_model

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from dagster import AssetKey, DagsterInstance, TableMetadataValue, materialize
 
-from assets.resources import ComputeResource
+from assets.settings.resources import ComputeResource
 from ops.pairs.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import ASSET_MODULES, defs
 from psp_core import load_model

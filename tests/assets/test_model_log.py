@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, materialize
 
-from assets.profiles import ProfileResource
-from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
-from assets.stage import Stage, fingerprint
+from assets.framework.stage import Stage, fingerprint
+from assets.settings.profiles import ProfileResource
+from assets.settings.resources import ComputeResource, EvaluationDataResource, StorageResource
 from pipelines.definitions import defs
 from tests.assets.kills import kill_at_first_checkpoint
 from tests.conftest import write_training_file

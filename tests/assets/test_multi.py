@@ -14,7 +14,7 @@ import pytest
 import yaml
 from dagster import materialize
 
-from assets.languages import load_registry
+from assets.settings.languages import load_registry
 from ops.pairs.pair_files import iter_pair_batches
 from pipelines.definitions import defs
 from psp_core import load_model

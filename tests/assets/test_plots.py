@@ -7,7 +7,7 @@ import base64
 import re
 import xml.etree.ElementTree as ET
 
-from assets.plots import (
+from assets.lifecycle.plots import (
     HEIGHT,
     INLINE_MARKDOWN_CHARS,
     MARGIN_BOTTOM,

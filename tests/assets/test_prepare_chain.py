@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterEventType, materialize
 
-from assets.resources import ComputeResource
+from assets.settings.resources import ComputeResource
 from ops.pairs.pair_files import iter_pairs, pair_file_info
 from pipelines.definitions import defs
 from psp_core.tokenization.tokenizer import Tokenizer

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from dagster import materialize
 
-from assets.languages import PromotionSettings
-from assets.model_versions import DevPairs, run_gate
-from assets.stage import read_manifest
+from assets.framework.stage import read_manifest
+from assets.lifecycle.model_versions import DevPairs, run_gate
+from assets.settings.languages import PromotionSettings
 from psp_core import load_model
 from psp_core.cli import main
 from psp_core.evaluation.dev_suite import dev_scores

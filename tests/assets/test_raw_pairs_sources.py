@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from dagster import TableMetadataValue, materialize
 
-from assets.resources import ParaNmtResource
+from assets.settings.resources import ParaNmtResource
 from pipelines.definitions import defs
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.conftest import loopback_resources

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from assets.records import (
+from assets.framework.records import (
     DeduplicatedRecord,
     PairCounts,
     SentencepieceRecord,
     read_record,
 )
-from assets.resources import StorageResource
-from assets.stage import Stage
+from assets.framework.stage import Stage
+from assets.settings.resources import StorageResource
 
 
 def test_a_record_reads_by_attribute_and_keeps_unknown_keys(tmp_path: Path) -> None:

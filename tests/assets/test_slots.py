@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from assets.slots import machine_slot
+from assets.framework.slots import machine_slot
 
 
 def _wait_for(condition, seconds=5.0):

@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from assets.resources import StorageResource
-from assets.stage import LOCK, Stage
+from assets.framework.stage import LOCK, Stage
+from assets.settings.resources import StorageResource
 
 
 def test_concurrent_runs_of_a_stage_compute_it_once(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from assets.profiles import ProfileResource
-from assets.resources import (
+from assets.settings.profiles import ProfileResource
+from assets.settings.resources import (
     ComputeResource,
     EvaluationDataResource,
     LanguageIdResource,

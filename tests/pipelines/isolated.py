@@ -20,7 +20,7 @@ SCRIPT = """
 import json, sys, time
 from dagster import DagsterEventType, materialize
 from pipelines.definitions import defs
-from assets.resources import OpusResource, ParaNmtResource, StorageResource
+from assets.settings.resources import OpusResource, ParaNmtResource, StorageResource
 
 api, root, *partitions = sys.argv[1:]
 raw_pairs = defs.get_assets_def("raw_pairs")

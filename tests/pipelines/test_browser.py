@@ -24,7 +24,7 @@ import pytest
 import requests
 from dagster import DagsterInstance
 
-from assets.languages import load_registry
+from assets.settings.languages import load_registry
 from pipelines.definitions import defs
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.corpora import publish_de, write_eval_dir

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance, EnvVar
 
-from assets.languages import load_registry
-from assets.resources import (
+from assets.settings.languages import load_registry
+from assets.settings.resources import (
     DEFAULT_MAX_WORKERS,
     ComputeResource,
     ParaNmtResource,
@@ -175,14 +175,14 @@ def test_internet_urls_are_shown_only_where_the_registry_downloads(
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("PSP_LANGUAGES", str(ROOT / "configs" / "languages-shared-data.toml"))
     monkeypatch.setenv("PSP_PARANMT_URL", "/data/paranmt.txt.gz")
-    with caplog.at_level(logging.WARNING, logger="assets.resources"):
+    with caplog.at_level(logging.WARNING, logger="assets.settings.resources"):
         offline = default_resources("/tmp/x")
     assert not [r for r in caplog.records if "PSP_PARANMT_URL" in r.getMessage()]
     assert offline["opus"].api_base is None and offline["opus"].api() == OPUS_API
     assert offline["paranmt"].url == EnvVar("PSP_PARANMT_URL")
     monkeypatch.delenv("PSP_PARANMT_URL")
     monkeypatch.delenv("PSP_LANGUAGES")
-    with caplog.at_level(logging.WARNING, logger="assets.resources"):
+    with caplog.at_level(logging.WARNING, logger="assets.settings.resources"):
         online = default_resources("/tmp/x")
     assert online["opus"].api_base == OPUS_API and online["paranmt"].url is None
     [warning] = [r.getMessage() for r in caplog.records if "PSP_PARANMT_URL" in r.getMessage()]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from dagster import materialize
 
-from assets.languages import RegistryError, load_registry, parse_registry
+from assets.settings.languages import RegistryError, load_registry, parse_registry
 from ops.language_id.langid import LanguageRule
 from ops.pairs.pair_files import iter_pairs, pair_file_info
 from ops.sources.opus import paper_corpora
@@ -250,7 +250,7 @@ def test_loading_warns_about_each_broken_language(
     path = tmp_path / "languages.toml"
     path.write_text(f'[languages.fr]\nsource = "paranmt"\nepochs = 3\n{VALID_PT}')
     monkeypatch.setenv("PSP_LANGUAGES", str(path))
-    with caplog.at_level(logging.WARNING, logger="assets.languages"):
+    with caplog.at_level(logging.WARNING, logger="assets.settings.languages"):
         registry = load_registry()
     assert registry.codes == ["fr", "pt"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -14,15 +14,15 @@ import pytest
 import yaml
 from dagster import DagsterInstance, build_schedule_context, materialize
 
-from assets.languages import load_registry
-from assets.profiles import (
+from assets.settings.languages import load_registry
+from assets.settings.profiles import (
     PROFILE_SETTINGS,
     Profile,
     ProfileResource,
     profile_from_environment,
     retrain_run_config,
 )
-from assets.resources import (
+from assets.settings.resources import (
     ComputeResource,
     EvaluationDataResource,
     LanguageIdResource,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from dagster import SensorResult, build_schedule_context, build_sensor_context
 
-from assets.languages import load_registry
-from assets.resources import OpusResource, StorageResource, version_key
+from assets.settings.languages import load_registry
+from assets.settings.resources import OpusResource, StorageResource, version_key
 from pipelines.schedules import weekly_retrain_schedule
 from pipelines.sensors import new_bitext_sensor
 from tests.ops.opus_server import OpusServer, build_moses_zip

@@ -10,11 +10,11 @@ model applies its own pre-tokenizer to them."""
 
 from dagster import MetadataValue
 
-from assets.config import StageConfig
-from assets.metadata import corpora_table, pipeline_funnel_table, report_metadata
-from assets.records import DeduplicatedRecord, PairCounts, RawPairsRecord, read_record
-from assets.stage import Manifest
-from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.framework.metadata import corpora_table, pipeline_funnel_table, report_metadata
+from assets.framework.records import DeduplicatedRecord, PairCounts, RawPairsRecord, read_record
+from assets.framework.stage import Manifest
+from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.settings.config import StageConfig
 from ops.cleaning.segmentation import segment_pairs
 from ops.pairs.corpus_caps import cap_corpora
 from ops.pairs.dedup import deduplicate

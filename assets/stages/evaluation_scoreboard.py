@@ -16,11 +16,11 @@ from dagster import (
     asset,
 )
 
-from assets.catalog import OWNERS, SCOREBOARD_GROUP
-from assets.evaluation_tables import scoreboard_tables
-from assets.languages import MULTI, load_registry
-from assets.resources import StorageResource
-from assets.stage import read_manifest
+from assets.framework.catalog import OWNERS, SCOREBOARD_GROUP
+from assets.framework.stage import read_manifest
+from assets.lifecycle.evaluation_tables import scoreboard_tables
+from assets.settings.languages import MULTI, load_registry
+from assets.settings.resources import StorageResource
 from ops.sources.text_io import atomic_path
 from psp_core.evaluation import scoreboard
 

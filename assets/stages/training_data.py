@@ -1,6 +1,6 @@
 """training_data: the deduplicated pairs shuffled out of core, encoded with the shared
 sentencepiece model and packed into the training HDF5 (flat CSR arrays); for an incremental
-retrain (:mod:`assets.retrain_plan`), its new and replayed pairs only."""
+retrain (:mod:`assets.stages.retrain_plan`), its new and replayed pairs only."""
 
 from collections.abc import Sequence
 from contextlib import closing
@@ -9,12 +9,17 @@ import h5py
 import numpy as np
 from dagster import MetadataValue
 
-from assets.config import TrainingDataConfig
-from assets.metadata import pipeline_funnel_table, report_metadata
-from assets.records import PairCounts, SentencepieceRecord, TrainingDataRecord, read_record
-from assets.retrain_plan import current_plan, is_incremental
-from assets.stage import Manifest
-from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.framework.metadata import pipeline_funnel_table, report_metadata
+from assets.framework.records import (
+    PairCounts,
+    SentencepieceRecord,
+    TrainingDataRecord,
+    read_record,
+)
+from assets.framework.stage import Manifest
+from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.settings.config import TrainingDataConfig
+from assets.stages.retrain_plan import current_plan, is_incremental
 from ops.heap_release import release_free_memory
 from ops.pairs.shuffle import shuffled_batches
 from ops.stage_report import StageReport

@@ -6,7 +6,7 @@ temperature sampling (:mod:`ops.pairs.multi_pairs`).
 The assets are unpartitioned and stored under the code ``multi``; past the pairs they run the
 per-language stages' own code (vocabulary, packing, training, evaluation) with the ``[multi]``
 settings, so the multilingual model is trained and evaluated exactly as a language's model is,
-and retrained incrementally as one is (``multi_retrain_plan``, :mod:`assets.retrain_plan`).
+and retrained incrementally as one is (``multi_retrain_plan``, :mod:`assets.stages.retrain_plan`).
 ``make run PARTITION=multi`` prepares the languages' pairs first (``scripts/run_multi.py``).
 """
 
@@ -20,16 +20,12 @@ from dagster import (
     MetadataValue,
 )
 
-from assets import (
-    deduplicated_pairs,
-    model_evaluation,
-    psp_model,
-    retrain_plan,
-    sentencepiece_model,
-    training_data,
-)
-from assets.catalog import MULTI_GROUP
-from assets.config import (
+from assets.framework.catalog import MULTI_GROUP
+from assets.framework.metadata import common_metadata
+from assets.framework.records import MultiPairsRecord, read_record
+from assets.framework.stage import Manifest, read_manifest
+from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.settings.config import (
     EvaluationConfig,
     MultiPairsConfig,
     MultiTrainingConfig,
@@ -37,12 +33,16 @@ from assets.config import (
     SentencepieceConfig,
     TrainingDataConfig,
 )
-from assets.languages import LanguageSpec, load_registry
-from assets.metadata import common_metadata
-from assets.records import MultiPairsRecord, read_record
-from assets.resources import StorageResource
-from assets.stage import Manifest, read_manifest
-from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.settings.languages import LanguageSpec, load_registry
+from assets.settings.resources import StorageResource
+from assets.stages import (
+    deduplicated_pairs,
+    model_evaluation,
+    psp_model,
+    retrain_plan,
+    sentencepiece_model,
+    training_data,
+)
 from ops.pairs.multi_pairs import LanguagePairs, sample_languages
 from psp_core.evaluation import plan_for_languages
 from psp_core.tokenization.tokenizer import make_pretokenizer
@@ -215,7 +215,7 @@ multi_sentencepiece_model = stage_asset(
 
 
 def training_data_plan(run: StageRun) -> Plan:
-    """The packing of :func:`assets.training_data.plan`, each pair with its language (its
+    """The packing of :func:`assets.stages.training_data.plan`, each pair with its language (its
     mining group), the bundle's summary saying how the languages were sampled."""
     registry = load_registry()
     codes = registry.multi_languages()
@@ -290,7 +290,7 @@ multi_psp_model = stage_asset(
 
 
 def evaluation_plan(run: StageRun) -> Plan:
-    """The suites of every `[multi]` language (:func:`assets.model_evaluation.plan`)."""
+    """The suites of every `[multi]` language (:func:`assets.stages.model_evaluation.plan`)."""
     return model_evaluation.plan(run, plan_for_languages(load_registry().multi_languages()))
 
 

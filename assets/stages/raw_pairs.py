@@ -21,13 +21,13 @@ from dagster import (
     TableSchema,
 )
 
-from assets.config import RawPairsConfig
-from assets.languages import LanguageSpec
-from assets.metadata import report_metadata
-from assets.records import RawPairsRecord, SourceCounts, read_record
-from assets.resources import OpusResource
-from assets.stage import Manifest, Stage
-from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.framework.metadata import report_metadata
+from assets.framework.records import RawPairsRecord, SourceCounts, read_record
+from assets.framework.stage import Manifest, Stage
+from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.settings.config import RawPairsConfig
+from assets.settings.languages import LanguageSpec
+from assets.settings.resources import OpusResource
 from ops.pairs.pair_files import pair_file_info
 from ops.sources.local_bitext import import_local_bitext
 from ops.sources.pair_concat import concat_pair_files

@@ -10,9 +10,9 @@ from pathlib import Path
 from dagster import MetadataValue
 
 import psp_core  # its model (torch) is imported when a step loads one
-from assets.languages import MULTI, PromotionSettings, load_registry
-from assets.resources import StorageResource
-from assets.stage import Manifest, StageInputMissing, read_manifest
+from assets.framework.stage import Manifest, StageInputMissing, read_manifest
+from assets.settings.languages import MULTI, PromotionSettings, load_registry
+from assets.settings.resources import StorageResource
 from psp_core.evaluation.dev_suite import dev_scores
 from psp_core.models.bundle_config import BundleError
 from psp_core.models.promotion import GateDecision, decide

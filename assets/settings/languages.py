@@ -1,10 +1,10 @@
 """The language registry: which languages the pipeline trains, and how, read from TOML.
 
-Each ``[languages.X]`` table of ``languages.toml`` (shipped beside this module; the
-``PSP_LANGUAGES`` environment variable points at another file) is one Dagster partition. A
-language names its source (OPUS corpora, ParaNMT, or a local directory) and may override the
-paper's filter thresholds, sentencepiece settings and training hyperparameters given under
-``[defaults]``. Unknown keys are errors, so a typo never silently falls back to a default.
+Each ``[languages.X]`` table of ``languages.toml`` (shipped in the assets package,
+``assets/languages.toml``; the ``PSP_LANGUAGES`` environment variable points at another file)
+is one Dagster partition. A language names its source (OPUS corpora, ParaNMT, or a local
+directory) and may override the paper's filter thresholds, sentencepiece settings and training
+hyperparameters given under ``[defaults]``. Unknown keys are errors, so a typo never silently falls back to a default.
 
 A broken ``[languages.X]`` table breaks only X: the other languages load and run, X stays a
 partition whose every materialization fails at once with the error (naming the file, the table
@@ -35,7 +35,7 @@ from ops.training_data.sentencepiece_model import (
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
 from psp_core.training import TrainConfig
 
-DEFAULT_REGISTRY = Path(__file__).with_name("languages.toml")
+DEFAULT_REGISTRY = Path(__file__).parents[1] / "languages.toml"
 REGISTRY_ENV = "PSP_LANGUAGES"
 SOURCES = ("opus", "paranmt", "local")
 KINDS = ("bitext", "paraphrase")
@@ -141,7 +141,7 @@ class PromotionSettings:
 
 @dataclass(frozen=True)
 class RetrainSettings:
-    """How the pipeline retrains a language's model (:mod:`assets.retrain_plan`): with
+    """How the pipeline retrains a language's model (:mod:`assets.stages.retrain_plan`): with
     ``retrain: auto``, a full retrain after ``full_every`` incremental versions in a row; an
     incremental retrain replays seen pairs so that they make ``replay_share`` of its training
     pairs, at ``lr_scale`` times the learning rate of a full training (unless the run sets

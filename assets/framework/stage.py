@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assets.log_bridge import to_current_step
-from assets.resources import StorageResource
+from assets.framework.log_bridge import to_current_step
+from assets.settings.resources import StorageResource
 from ops.heap_release import release_free_memory
 from psp_core.files.file_lock import exclusive_lock
 from psp_core.files.stale_temps import remove_stale_temps

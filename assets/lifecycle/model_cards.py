@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from assets.records import ModelRecord, RawPairsRecord, read_record
-from assets.stage import Manifest, Stage, StageInputMissing
+from assets.framework.records import ModelRecord, RawPairsRecord, read_record
+from assets.framework.stage import Manifest, Stage, StageInputMissing
 from psp_core.models.bundle import read_config
 from psp_core.models.model_card import CardFacts, model_card, retarget_card, write_card
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
-from assets.stage import Manifest
+from assets.framework.stage import Manifest
 
 R = TypeVar("R", bound="Record")
 

@@ -11,15 +11,15 @@ from pathlib import Path
 from dagster import MetadataValue
 
 import psp_core  # its model (torch) is imported when a step loads one
-from assets.catalog import MODEL_GROUP
-from assets.config import EvaluationConfig, TrainingConfig
-from assets.evaluation_tables import evaluation_tables, speed_table
-from assets.metadata import common_metadata
-from assets.model_cards import card_facts, refresh_model_card
-from assets.model_versions import model_registry, promoted_model, test_scores_of
-from assets.records import EvaluationRecord, ModelRecord, read_record
-from assets.stage import Manifest
-from assets.stage_asset import Plan, Report, StageRun, stage_asset
+from assets.framework.catalog import MODEL_GROUP
+from assets.framework.metadata import common_metadata
+from assets.framework.records import EvaluationRecord, ModelRecord, read_record
+from assets.framework.stage import Manifest
+from assets.framework.stage_asset import Plan, Report, StageRun, stage_asset
+from assets.lifecycle.evaluation_tables import evaluation_tables, speed_table
+from assets.lifecycle.model_cards import card_facts, refresh_model_card
+from assets.lifecycle.model_versions import model_registry, promoted_model, test_scores_of
+from assets.settings.config import EvaluationConfig, TrainingConfig
 from psp_core.evaluation import EvaluationPlan, evaluate_model, plan_for_language
 from psp_core.evaluation.results import PAPER_STS_MEAN
 

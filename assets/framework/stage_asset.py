@@ -4,7 +4,7 @@ A stage module gives :func:`stage_asset` two functions:
 
 - ``plan(run) -> Plan``: what decides the output (the fingerprint's inputs, beyond the stage's
   directory name and code version, which are added here) and how to compute it (``compute()
-  -> (outputs, record)``, as :meth:`assets.stage.Stage.run` takes it);
+  -> (outputs, record)``, as :meth:`assets.framework.stage.Stage.run` takes it);
 - ``report(run, plan, manifest) -> Report``: the metadata and the check outcomes of the
   finished (or reused) stage.
 
@@ -34,13 +34,13 @@ from dagster import (
     asset,
 )
 
-from assets.catalog import DATA_GROUP, OWNERS
-from assets.config import StageConfig, op_config, plain_schema
-from assets.languages import LanguageSpec, load_registry
-from assets.log_bridge import logs_to_dagster
-from assets.partitions import language_partitions
-from assets.resources import StorageResource
-from assets.stage import Manifest, Stage, fingerprint
+from assets.framework.catalog import DATA_GROUP, OWNERS
+from assets.framework.log_bridge import logs_to_dagster
+from assets.framework.stage import Manifest, Stage, fingerprint
+from assets.settings.config import StageConfig, op_config, plain_schema
+from assets.settings.languages import LanguageSpec, load_registry
+from assets.settings.partitions import language_partitions
+from assets.settings.resources import StorageResource
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Typed run configuration: what a user may tune per run, per stage (``ops: {asset: {config}}``).
 
 Every field left unset (None) takes the run's profile's value (``resources: profile: config:
-name: smoke|demo|paper``, see :mod:`assets.profiles`), else the language registry's, which
+name: smoke|demo|paper``, see :mod:`assets.settings.profiles`), else the language registry's, which
 defaults to the paper's. ``force: true`` recomputes a stage even when its inputs and settings
 are unchanged.
 """
@@ -25,7 +25,7 @@ from dagster import (
 from dagster import Field as DagsterField
 from pydantic import Field
 
-from assets.null_defaults import NullMeansDefault, null_default
+from assets.settings.null_defaults import NullMeansDefault, null_default
 
 
 class StageConfig(Config, NullMeansDefault):

@@ -17,9 +17,9 @@ import requests
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
 
-from assets.languages import load_registry
-from assets.null_defaults import NullMeansDefault, null_default
-from assets.profiles import ProfileResource, profile_from_environment
+from assets.settings.languages import load_registry
+from assets.settings.null_defaults import NullMeansDefault, null_default
+from assets.settings.profiles import ProfileResource, profile_from_environment
 from ops.language_id.langid import LanguageIdentifier
 from ops.sources.opus import OPUS_API, OpusCorpus, fetch_opus_bitext, newest_opus_release
 from ops.sources.opus import version_key as version_key  # the sensor's release order

@@ -1,19 +1,19 @@
 """sentencepiece_model: the shared sentencepiece vocabulary, trained on both sides of the
 deduplicated (lowercased; for zh, segmented) pairs from a bounded uniform sample; for an
-incremental retrain (:mod:`assets.retrain_plan`), the parent version's vocabulary, copied."""
+incremental retrain (:mod:`assets.stages.retrain_plan`), the parent version's vocabulary, copied."""
 
 import time
 from dataclasses import asdict
 
 from dagster import MetadataValue
 
-from assets.config import SentencepieceConfig
-from assets.metadata import common_metadata
-from assets.model_versions import model_registry
-from assets.records import SentencepieceRecord, read_record
-from assets.retrain_plan import copy_parent_vocabulary, current_plan, starting_version
-from assets.stage import Manifest
-from assets.stage_asset import Plan, Report, StageRun, stage_asset
+from assets.framework.metadata import common_metadata
+from assets.framework.records import SentencepieceRecord, read_record
+from assets.framework.stage import Manifest
+from assets.framework.stage_asset import Plan, Report, StageRun, stage_asset
+from assets.lifecycle.model_versions import model_registry
+from assets.settings.config import SentencepieceConfig
+from assets.stages.retrain_plan import copy_parent_vocabulary, current_plan, starting_version
 from ops.training_data.sentencepiece_model import train_sentencepiece_from_pairs
 from psp_core.tokenization.tokenizer import Tokenizer
 

@@ -4,11 +4,11 @@ from dataclasses import asdict
 
 from dagster import MetadataValue
 
-from assets.config import LanguageIdConfig
-from assets.metadata import report_metadata, settings_table
-from assets.records import LanguageIdRecord, read_record
-from assets.stage import Manifest
-from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.framework.metadata import report_metadata, settings_table
+from assets.framework.records import LanguageIdRecord, read_record
+from assets.framework.stage import Manifest
+from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.settings.config import LanguageIdConfig
 from ops.language_id.langid import LanguageRule, filter_language
 
 CODE_VERSION = "2"  # 2: Arabic marks stripped, kana-less "ja" read as "zh"

@@ -3,11 +3,11 @@ paraphrase-score and trigram-overlap filters."""
 
 from dataclasses import asdict
 
-from assets.config import StageConfig
-from assets.metadata import report_metadata, settings_table
-from assets.records import PairCounts, read_record
-from assets.stage import Manifest
-from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.framework.metadata import report_metadata, settings_table
+from assets.framework.records import PairCounts, read_record
+from assets.framework.stage import Manifest
+from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.settings.config import StageConfig
 from ops.cleaning.filters import filter_pairs
 
 CODE_VERSION = "1"

@@ -31,12 +31,12 @@ import zlib
 
 from dagster import Failure, MetadataValue
 
-from assets.config import RetrainConfig
-from assets.languages import MULTI
-from assets.metadata import common_metadata
-from assets.model_versions import model_registry
-from assets.stage import Manifest, StageInputMissing
-from assets.stage_asset import Plan, Report, StageRun, stage_asset
+from assets.framework.metadata import common_metadata
+from assets.framework.stage import Manifest, StageInputMissing
+from assets.framework.stage_asset import Plan, Report, StageRun, stage_asset
+from assets.lifecycle.model_versions import model_registry
+from assets.settings.config import RetrainConfig
+from assets.settings.languages import MULTI
 from ops.pairs.pair_lineage import (
     count_new_and_seen,
     merge_keys,

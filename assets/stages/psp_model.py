@@ -1,6 +1,6 @@
 """psp_model: the trained model bundle (the paper's training, psp_core.train), with checks that
 the bundle's vocabulary matches its sentencepiece model and that every weight is finite. An
-incremental retrain (:mod:`assets.retrain_plan`) starts from its parent version's weights."""
+incremental retrain (:mod:`assets.stages.retrain_plan`) starts from its parent version's weights."""
 
 import json
 import shutil
@@ -13,13 +13,16 @@ import numpy as np
 from dagster import AssetExecutionContext, Failure, MetadataValue
 
 import psp_core  # its model and trainer (torch) are imported when a step runs
-from assets.catalog import MODEL_GROUP
-from assets.config import TrainingConfig
-from assets.languages import LanguageSpec
-from assets.log_bridge import logs_to_dagster
-from assets.metadata import common_metadata, epochs_table, settings_table
-from assets.model_cards import card_facts, refresh_model_card, write_exports
-from assets.model_versions import (
+from assets.framework.catalog import MODEL_GROUP
+from assets.framework.log_bridge import logs_to_dagster
+from assets.framework.metadata import common_metadata, epochs_table, settings_table
+from assets.framework.orphan_guard import stop_when_orphaned
+from assets.framework.records import ModelRecord, read_record
+from assets.framework.slots import machine_slot
+from assets.framework.stage import Manifest, Stage, fingerprint
+from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.lifecycle.model_cards import card_facts, refresh_model_card, write_exports
+from assets.lifecycle.model_versions import (
     DevPairs,
     dev_pairs,
     full_retrain,
@@ -29,14 +32,11 @@ from assets.model_versions import (
     retrain_metadata,
     run_gate,
 )
-from assets.orphan_guard import stop_when_orphaned
-from assets.plots import LossCurve, chart_markdown
-from assets.records import ModelRecord, read_record
-from assets.resources import ComputeResource, EvaluationDataResource, StorageResource
-from assets.retrain_plan import current_plan, is_incremental, starting_version
-from assets.slots import machine_slot
-from assets.stage import Manifest, Stage, fingerprint
-from assets.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
+from assets.lifecycle.plots import LossCurve, chart_markdown
+from assets.settings.config import TrainingConfig
+from assets.settings.languages import LanguageSpec
+from assets.settings.resources import ComputeResource, EvaluationDataResource, StorageResource
+from assets.stages.retrain_plan import current_plan, is_incremental, starting_version
 from ops.pairs.pair_lineage import reference_sentences, vocabulary_fit
 from psp_core.evaluation import StsEvaluator
 from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator

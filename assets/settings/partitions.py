@@ -5,6 +5,6 @@ from __future__ import annotations
 
 from dagster import StaticPartitionsDefinition
 
-from assets.languages import load_registry
+from assets.settings.languages import load_registry
 
 language_partitions = StaticPartitionsDefinition(load_registry().codes)

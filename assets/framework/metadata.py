@@ -7,8 +7,8 @@ from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
-from assets.records import CorpusCap, PairCounts
-from assets.stage import Manifest
+from assets.framework.records import CorpusCap, PairCounts
+from assets.framework.stage import Manifest
 
 
 def _percent(part: int, whole: int) -> str:
