@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from psp_core.cli.arguments import finite_float
 from psp_core.cli.errors import CliError, require_file
 from psp_core.extras import require
 from psp_core.files.output_files import check_output_file
@@ -30,7 +31,7 @@ def add_mine_parser(commands) -> None:
         "--mode", choices=["forward", "backward", "intersection"], default="intersection"
     )
     mine.add_argument("--k", type=int, default=4, help="neighbourhood size of the margin")
-    mine.add_argument("--threshold", type=float, default=None, help="keep scores >= this")
+    mine.add_argument("--threshold", type=finite_float, default=None, help="keep scores >= this")
     mine.add_argument("--backend", choices=["auto", "torch", "faiss"], default="auto")
     mine.add_argument("--block-size", type=int, default=4096, help="rows per search block")
     mine.add_argument("--batch-size", type=int, default=64)

@@ -9,6 +9,7 @@ import shlex
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+from psp_core.cli.arguments import finite_float, positive_int
 from psp_core.cli.errors import CliError, require_file
 from psp_core.extras import require
 from psp_core.files.output_files import check_outputs_apart
@@ -93,7 +94,7 @@ def _int_tuple(text: str) -> tuple[int, ...]:
 
 _TYPES = {
     "int": int,
-    "float": float,
+    "float": finite_float,
     "str": str,
     "int | None": int,
     "str | None": str,
@@ -141,7 +142,8 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(
             "--" + field.name.replace("_", "-"),
             dest=field.name,
-            type=_TYPES[field.type],
+            # (--max-steps 0 would write a bundle of untrained, random weights)
+            type=positive_int if field.name == "max_steps" else _TYPES[field.type],
             default=default,
             help=f"default: {default}",
         )

@@ -14,6 +14,7 @@ from safetensors.numpy import save_file
 from psp_core.cli import main
 from psp_core.inference.model import load_model
 from psp_core.models.bundle import CONFIG_FILE, EMBEDDINGS_FILE, EMBEDDINGS_KEY, SPM_FILE
+from tests.psp_core.cli_runs import command
 
 PSP_SCRIPT = Path(sys.executable).with_name("psp")
 
@@ -360,3 +361,32 @@ def test_embed_reads_standard_input(tmp_path, bundle, sentence_file, sentences):
     assert bad.returncode == 2
     assert b"psp: error: standard input:2: not valid UTF-8" in bad.stderr
     assert [p.name for p in output.parent.iterdir()] == ["vectors.npy"]  # the old one, whole
+
+
+# --- numbers a command cannot run with --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, flag, value, message",
+    [
+        ("train", "--max-steps", "0", "must be at least 1, got 0"),
+        ("train", "--max-steps", "-1", "must be at least 1, got -1"),
+        ("train", "--lr", "nan", "must be a finite number, got nan"),
+        ("train", "--margin", "inf", "must be a finite number, got inf"),
+        ("mine", "--threshold", "nan", "must be a finite number, got nan"),
+        ("mine", "--threshold", "-inf", "must be a finite number, got -inf"),
+    ],
+)
+def test_a_number_a_command_cannot_run_with_is_a_usage_error(
+    tmp_path, bundle, inputs, train_inputs, capsys, name, flag, value, message
+):
+    """``psp train --max-steps 0`` wrote a bundle of untrained random weights and exited 0;
+    ``psp mine --threshold nan`` kept no pair and exited 0. Now: exit 2, the flag named, no
+    output."""
+    output = tmp_path / "out" / ("model" if name == "train" else "pairs.tsv")
+    argv = command(name, bundle, {**inputs, **train_inputs}, output) + [f"{flag}={value}"]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert f"argument {flag}: {message}" in capsys.readouterr().err
+    assert not output.parent.exists()
