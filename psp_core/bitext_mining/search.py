@@ -46,7 +46,10 @@ def resolve_backend(backend: str) -> str:
 
 def _unit_block(array: np.ndarray, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``start:stop`` as unit-length float32 and a mask of the rows that are not all zero."""
-    block = torch.from_numpy(np.ascontiguousarray(array[start:stop], dtype=np.float32))
+    rows = np.ascontiguousarray(array[start:stop], dtype=np.float32)
+    if not rows.flags.writeable:  # (a read-only or mapped input: torch takes writable arrays)
+        rows = rows.copy()
+    block = torch.from_numpy(rows)
     norms = block.norm(dim=1, keepdim=True)
     nonzero = norms[:, 0] > 0
     return block / norms.clamp_min(1e-12), nonzero

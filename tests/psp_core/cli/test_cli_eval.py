@@ -14,6 +14,7 @@ from psp_core.bitext_mining import mine
 from psp_core.cli import main
 from psp_core.evaluation import evaluate_model
 from psp_core.inference.model import load_model
+from tests.psp_core.cli_runs import run_psp
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -143,6 +144,19 @@ def test_mine_writes_sorted_pairs(bundle, mining_files, tmp_path, mode):
     ]
     assert all(a == b for _, a, b in rows)  # identical sentences find each other
     np.testing.assert_allclose([float(s) for s, _, _ in rows], expected.scores, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_mine_prints_no_library_warning(bundle, mining_files, tmp_path):
+    """In a fresh process (torch says its warning once a process): the read-only vectors
+    once made torch warn "The given NumPy array is not writable" on every psp mine."""
+    source, target = mining_files
+    output = tmp_path / "pairs.tsv"
+    argv = ["mine", "--model", str(bundle), "--source-file", str(source)]
+    completed = run_psp(argv + ["--target-file", str(target), "--output-file", str(output)])
+    assert completed.returncode == 0, completed.stderr
+    assert "Warning" not in completed.stderr, completed.stderr
+    assert output.read_text().count("\n") > 0
 
 
 def test_mine_threshold_and_errors(bundle, mining_files, tmp_path, capsys):
