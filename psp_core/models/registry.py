@@ -104,10 +104,18 @@ def storage_root(given: str | None = None) -> Path | None:
     """The pipeline's storage root: ``given``, else ``$PSP_STORAGE_ROOT``, else the first of
     :data:`DEFAULT_STORAGE_ROOTS` that exists; None when none does."""
     if given:
-        return Path(given)
+        return _not_a_file(Path(given), "--storage-root")
     if os.environ.get(STORAGE_ENV):
-        return Path(os.environ[STORAGE_ENV])
+        return _not_a_file(Path(os.environ[STORAGE_ENV]), f"${STORAGE_ENV}")
     return next((Path(c) for c in DEFAULT_STORAGE_ROOTS if Path(c).is_dir()), None)
+
+
+def _not_a_file(root: Path, source: str) -> Path:
+    """``root`` as given; a storage root that exists but is not a folder is named, with where
+    it came from (a path that does not exist yet has no versions, which the caller says)."""
+    if root.exists() and not root.is_dir():
+        raise RegistryError(f"the storage root {root} (from {source}) is not a folder")
+    return root
 
 
 def language_registry(storage_root: str | Path, lang: str) -> Path:

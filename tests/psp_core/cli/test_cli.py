@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 from psp_core.cli import main
 from psp_core.inference.model import load_model
 from psp_core.models.bundle import CONFIG_FILE, EMBEDDINGS_FILE, EMBEDDINGS_KEY, SPM_FILE
-from tests.psp_core.cli_runs import command
+from tests.psp_core.cli_runs import command, run_main
 
 PSP_SCRIPT = Path(sys.executable).with_name("psp")
 
@@ -390,3 +390,22 @@ def test_a_number_a_command_cannot_run_with_is_a_usage_error(
     assert stop.value.code == 2
     assert f"argument {flag}: {message}" in capsys.readouterr().err
     assert not output.parent.exists()
+
+
+@pytest.mark.parametrize("command_name", [["models", "list", "de"], ["serve"]])
+@pytest.mark.parametrize("given_by", ["environment", "flag"])
+def test_a_storage_root_that_is_a_file_is_named_with_where_it_came_from(
+    tmp_path, capsys, monkeypatch, command_name, given_by
+):
+    """It said "no model versions there (materialize psp_model first)", sending the user to
+    train a model they had."""
+    if command_name == ["serve"]:
+        pytest.importorskip("starlette", reason="psp serve needs the [serve] extra")
+    root = tmp_path / "not-a-folder"
+    root.write_text("a file")
+    if given_by == "environment":
+        monkeypatch.setenv("PSP_STORAGE_ROOT", str(root))
+        argv, source = command_name, "$PSP_STORAGE_ROOT"
+    else:
+        argv, source = command_name + ["--storage-root", str(root)], "--storage-root"
+    run_main(capsys, argv, f"the storage root {root} (from {source}) is not a folder")
