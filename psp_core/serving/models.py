@@ -92,6 +92,14 @@ def _version_of(folder: Path) -> tuple[str, Path] | None:
     return None if promoted is None else (promoted.id, promoted.bundle)
 
 
+def _holds_nothing(folder: Path) -> str:
+    """Why ``folder`` serves nothing when it has no problem to show: what it lacks."""
+    return (
+        f"{folder} holds neither a model bundle ({CONFIG_FILE} is missing) nor a promoted "
+        f"version ({PROMOTED} -> {VERSIONS}/ID, written by psp_model or psp models promote)"
+    )
+
+
 def file_states(bundle: Path) -> tuple:
     """Size, modification time and inode of a bundle's files (None for a missing one): a
     change says the files were replaced or written since."""
@@ -126,11 +134,11 @@ class ModelSet:
         for name in self.folders:
             self._refresh(name, starting=True)
         if not self._served:
-            why = "; ".join(f"{name}: {problem}" for name, problem in self._problems.items())
-            raise ValueError(
-                f"none of {sorted(self.folders)} has a model to serve yet"
-                + (f" ({why})" if why else "")
+            why = "; ".join(
+                f"{name}: {self._problems.get(name) or _holds_nothing(folder)}"
+                for name, folder in self.folders.items()
             )
+            raise ValueError(f"none of {sorted(self.folders)} has a model to serve yet ({why})")
 
     def get(self, name: str) -> Served | None:
         return self._served.get(name)

@@ -174,6 +174,17 @@ def test_health_is_503_only_when_nothing_can_be_served():
     assert response.json()["status"] == "unavailable" and response.json()["problems"]
 
 
+def test_a_folder_with_no_model_at_the_start_is_named_with_what_it_lacks(tmp_path):
+    """``psp serve --model de=EMPTY_DIR`` said only "none of ['de'] has a model to serve yet"."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError) as error:
+        ModelSet({"de": empty})
+    message = str(error.value)
+    assert f"de: {empty} holds neither a model bundle (config.json is missing)" in message
+    assert "nor a promoted version (promoted -> versions/ID" in message
+
+
 def test_a_promoted_link_that_points_nowhere_at_the_start_says_so(registry):
     link_by_hand(registry, "20990101T000000Z-gone")
     with pytest.raises(ValueError, match="none of .* has a model to serve yet .*points to "):
