@@ -89,7 +89,7 @@ def _interrupt(signum, _frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _stop_if_interrupted(*_ignored) -> None:
+def _stop_if_interrupted() -> None:
     """Raise the interrupt again if one was received and lost on the way."""
     if STOP_SIGNALS:
         raise KeyboardInterrupt(f"signal {STOP_SIGNALS[0]}")

@@ -81,6 +81,17 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return reach
 
 
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of nodes of ``graph`` that reach each other (each sorted), in node order."""
+    cycles, seen = [], set()
+    for start in sorted(graph):
+        if start not in seen and start in reachable(graph, start):
+            cycle = sorted(m for m in reachable(graph, start) if start in reachable(graph, m))
+            seen.update(cycle)
+            cycles.append(cycle)
+    return cycles
+
+
 def import_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
     """Groups of modules of ``package`` that import each other, directly or through others.
     An import of a parent package (its ``__init__``) does not count."""
@@ -90,13 +101,7 @@ def import_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
         - {name}
         for name, path in paths.items()
     }
-    cycles, seen = [], set()
-    for start in sorted(graph):
-        if start not in seen and start in reachable(graph, start):
-            cycle = sorted(m for m in reachable(graph, start) if start in reachable(graph, m))
-            seen.update(cycle)
-            cycles.append(cycle)
-    return cycles
+    return cycles_of(graph)
 
 
 def part_of(module: str, package: str) -> str:
@@ -118,13 +123,7 @@ def part_cycles(package: str, root: Path = ROOT) -> list[list[str]]:
         part = part_of(name, package)
         imported = {part_of(m, package) for m in imported_modules(path, set(paths))}
         graph.setdefault(part, set()).update(imported - {part, package})
-    cycles, seen = [], set()
-    for start in sorted(graph):
-        if start not in seen and start in reachable(graph, start):
-            cycle = sorted(m for m in reachable(graph, start) if start in reachable(graph, m))
-            seen.update(cycle)
-            cycles.append(cycle)
-    return cycles
+    return cycles_of(graph)
 
 
 @pytest.mark.parametrize("package", ["psp_core", "ops", "assets", "pipelines"])

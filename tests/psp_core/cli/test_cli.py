@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -375,6 +376,11 @@ def test_embed_reads_standard_input(tmp_path, bundle, sentence_file, sentences):
         ("train", "--margin", "inf", "must be a finite number, got inf"),
         ("mine", "--threshold", "nan", "must be a finite number, got nan"),
         ("mine", "--threshold", "-inf", "must be a finite number, got -inf"),
+        # as a careless or hostile user writes them: spellings Python reads as NaN or infinity
+        ("mine", "--threshold", "NaN", "must be a finite number, got NaN"),
+        ("train", "--lr", "Infinity", "must be a finite number, got Infinity"),
+        ("train", "--lr", "1e999", "must be a finite number, got 1e999"),
+        ("train", "--max-steps", "1.5", "expected a whole number, got '1.5'"),
     ],
 )
 def test_a_number_a_command_cannot_run_with_is_a_usage_error(
@@ -394,15 +400,24 @@ def test_a_number_a_command_cannot_run_with_is_a_usage_error(
 
 @pytest.mark.parametrize("command_name", [["models", "list", "de"], ["serve"]])
 @pytest.mark.parametrize("given_by", ["environment", "flag"])
+@pytest.mark.parametrize("kind", ["file", "link to a file", "fifo"])
 def test_a_storage_root_that_is_a_file_is_named_with_where_it_came_from(
-    tmp_path, capsys, monkeypatch, command_name, given_by
+    tmp_path, capsys, monkeypatch, command_name, given_by, kind
 ):
     """It said "no model versions there (materialize psp_model first)", sending the user to
-    train a model they had."""
+    train a model they had. A link to a file and a FIFO are no folder either."""
     if command_name == ["serve"]:
         pytest.importorskip("starlette", reason="psp serve needs the [serve] extra")
     root = tmp_path / "not-a-folder"
-    root.write_text("a file")
+    if kind == "fifo":
+        os.mkfifo(root)
+    else:
+        target = tmp_path / "a-file"
+        target.write_text("a file")
+        if kind == "link to a file":
+            root.symlink_to(target)
+        else:
+            target.rename(root)
     if given_by == "environment":
         monkeypatch.setenv("PSP_STORAGE_ROOT", str(root))
         argv, source = command_name, "$PSP_STORAGE_ROOT"

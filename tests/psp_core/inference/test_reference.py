@@ -60,10 +60,8 @@ def _assert_same(got: np.ndarray, want: np.ndarray, *, half: bool = False) -> No
     """Equal to float32 rounding; with a float16 table (whose word sums are kept in float16),
     to float16 rounding."""
     assert got.dtype == np.float32 and got.shape == want.shape
-    tolerance = 2e-3 if half else 1e-5
-    np.testing.assert_allclose(
-        got, want, rtol=tolerance, atol=tolerance / 10 if not half else tolerance
-    )
+    rtol, atol = (2e-3, 2e-3) if half else (1e-5, 1e-6)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize(
