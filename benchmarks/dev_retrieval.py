@@ -194,7 +194,7 @@ def main() -> int:
     import pyarrow.parquet as pq
 
     from psp_core import load_model
-    from psp_core.models.promotion import lower_is_better
+    from psp_core.evaluation.dev_suite import is_lower_better as lower_is_better
 
     eval_dir = _common.eval_dir_for(args)
     factors = [float(f) for f in args.pool_factors.split(",")]

@@ -101,7 +101,7 @@ def train_model(args: argparse.Namespace, work: Path) -> tuple[Path, Path, dict]
 def tatoeba_table(model_path: Path, eval_dir: Path, k: int) -> dict:
     from psp_core import load_model
     from psp_core.evaluation import evaluate_model, tatoeba_errors
-    from psp_core.evaluation.tatoeba import read_tatoeba, tatoeba_languages
+    from psp_core.evaluation.suites.tatoeba import read_tatoeba, tatoeba_languages
 
     model = load_model(model_path)
     table = {}

@@ -32,7 +32,7 @@ import numpy as np
 from ops.training_data.packing import pack_pairs
 from psp_core import PSPModel, Tokenizer, TrainConfig, load_model, train
 from psp_core.evaluation import StsEvaluator
-from psp_core.evaluation.tatoeba import evaluate_tatoeba, tatoeba_languages
+from psp_core.evaluation.suites.tatoeba import evaluate_tatoeba, tatoeba_languages
 from psp_core.models.bundle import BundleConfig
 
 STS_YEARS = ("2012", "2013", "2014")

@@ -30,7 +30,7 @@ import numpy as np
 from ops.training_data.packing import pack_pairs
 from psp_core import Tokenizer, TrainConfig, load_model, train
 from psp_core.evaluation import StsEvaluator
-from psp_core.evaluation.tatoeba import evaluate_tatoeba, tatoeba_languages
+from psp_core.evaluation.suites.tatoeba import evaluate_tatoeba, tatoeba_languages
 
 STS_YEARS = ("2012", "2013", "2014")
 

@@ -249,7 +249,7 @@ def auto_would(registry, full_every: int) -> dict | None:
 
 def _gain(name: str, candidate: dict, incumbent: dict) -> float:
     """How much better the candidate's score ``name`` is (an error rate: lower is better)."""
-    from psp_core.models.promotion import lower_is_better
+    from psp_core.evaluation.dev_suite import is_lower_better as lower_is_better
 
     gain = candidate[name] - incumbent[name]
     return -gain if lower_is_better(name) else gain

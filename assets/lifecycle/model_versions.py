@@ -14,8 +14,9 @@ from assets.framework.stage import Manifest, StageInputMissing, read_manifest
 from assets.settings.languages import MULTI, PromotionSettings, load_registry
 from assets.settings.resources import StorageResource
 from psp_core.evaluation.dev_suite import dev_scores
+from psp_core.evaluation.gate import GateDecision, decide
+from psp_core.evaluation.registry import dev_dataset, registered
 from psp_core.models.bundle_config import BundleError
-from psp_core.models.promotion import GateDecision, decide
 from psp_core.models.registry import (
     DamagedVersion,
     ModelRegistry,
@@ -56,21 +57,18 @@ def promoted_model(storage: StorageResource, code: str) -> Manifest:
 
 
 def test_scores_of(summary: dict) -> dict[str, float]:
-    """The headline test-set scores of an evaluation summary (``results.json``): the STS mean,
-    each STS 2017 track that is not the dev set, Tatoeba error per language (cosine, mean of
-    both directions). STS-B is left out: its dev split is development data, its train split
-    training data."""
-    scores = {}
-    mean = (summary.get("sts") or {}).get("mean")
-    if mean:
-        scores["sts_mean"] = round(mean["pearson"], 2)
-    for track, values in (summary.get("sts17") or {}).items():
-        if not values.get("dev"):
-            scores[f"sts17_{track}"] = round(values["pearson"], 2)
-    for lang, values in (summary.get("tatoeba") or {}).items():
-        if values.get("cosine_mean") is not None:
-            scores[f"tatoeba_{lang}_error"] = round(values["cosine_mean"], 2)
-    return scores
+    """The headline test-set scores of an evaluation summary (``results.json``): each suite's
+    figures that are not development data (:meth:`psp_core.evaluation.suite.Suite.scores`: the
+    STS mean, each STS 2017 track that is not the dev set, each language's retrieval error;
+    STS-B's dev split is development data, its train split training data)."""
+    dev = dev_dataset(summary.get("dev_sts"))
+    return {
+        score.key: score.value
+        for name, each in registered().items()
+        if summary.get(name)
+        for score in each.scores(summary[name], dev)
+        if not score.dev and score.value is not None
+    }
 
 
 @dataclass(frozen=True)

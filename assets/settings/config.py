@@ -26,6 +26,7 @@ from dagster import Field as DagsterField
 from pydantic import Field
 
 from assets.settings.null_defaults import NullMeansDefault, null_default
+from psp_core.evaluation.registry import suite_names
 
 
 class StageConfig(Config, NullMeansDefault):
@@ -188,7 +189,7 @@ class MultiTrainingConfig(TrainingConfig):
 class EvaluationConfig(StageConfig):
     suites: list[str] | None = Field(
         default=None,
-        description="Any of sts, sts17, stsb, tatoeba, speed; null: the paper's evaluation for "
+        description=f"Any of {', '.join(suite_names())}; null: the paper's evaluation for "
         "the language (en: STS 2012-2016, STS 2017 en-en, STS-B; X: English STS, the STS 2017 "
         "tracks involving X, Tatoeba X), plus speed.",
     )

@@ -221,8 +221,9 @@ class ComputeResource(ConfigurableResource, NullMeansDefault):
 
 
 class EvaluationDataResource(ConfigurableResource):
-    """The evaluation datasets directory (`sts/`, `sts17/`, `stsb/`, `tatoeba/`, laid out as
-    docs/evaluation.md says); fetch it once with `psp fetch-eval-data`."""
+    """The evaluation datasets directory (a folder per evaluation suite: `sts/`, `sts17/`,
+    `stsb/`, ..., laid out as docs/evaluation.md says); fetch it once with
+    `psp fetch-eval-data`."""
 
     eval_dir: str
 

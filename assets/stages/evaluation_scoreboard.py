@@ -54,9 +54,9 @@ SCOREBOARD_REFRESH = (
     automation_condition=SCOREBOARD_REFRESH,
 )
 def evaluation_scoreboard(storage: StorageResource) -> MaterializeResult:
-    """One table across languages (and the multilingual model): STS, STS 2017, STS-B, Tatoeba
-    (cosine / margin), speed; then the multilingual model beside the per-language models, set
-    by set."""
+    """One table across languages (and the multilingual model), a column or more per
+    evaluation suite (STS, STS 2017, STS-B, retrieval errors by cosine / margin, speed); then
+    the multilingual model beside the per-language models, set by set."""
     results, not_evaluated = {}, []
     for code in [*sorted(load_registry().codes), MULTI]:
         manifest = read_manifest(storage.stage_dir(code, "model_evaluation"))

@@ -1,5 +1,6 @@
-"""model_evaluation: STS 2012-2016, STS 2017, STS Benchmark, Tatoeba and speed of the model
-(psp_core.evaluation), as JSON and markdown beside the bundle and as metadata tables.
+"""model_evaluation: the evaluation suites of the model (psp_core.evaluation: STS 2012-2016,
+STS 2017, STS Benchmark, retrieval, speed), as JSON and markdown beside the bundle and as
+metadata tables, one per suite.
 
 The STS file training selected the model on (``TrainingConfig.dev_sts``) is marked dev in every
 table and left out of the means; a mean over less than the paper's says what it is over."""
@@ -16,12 +17,13 @@ from assets.framework.metadata import common_metadata
 from assets.framework.records import EvaluationRecord, ModelRecord, read_record
 from assets.framework.stage import Manifest
 from assets.framework.stage_asset import Plan, Report, StageRun, stage_asset
-from assets.lifecycle.evaluation_tables import evaluation_tables, speed_table
+from assets.lifecycle.evaluation_tables import evaluation_tables
 from assets.lifecycle.model_cards import card_facts, refresh_model_card
 from assets.lifecycle.model_versions import model_registry, promoted_model, test_scores_of
 from assets.settings.config import EvaluationConfig, TrainingConfig
 from psp_core.evaluation import EvaluationPlan, evaluate_model, plan_for_language
-from psp_core.evaluation.results import PAPER_STS_MEAN
+from psp_core.evaluation.registry import suites_with_subsets
+from psp_core.evaluation.suites.sts_years import PAPER_STS_MEAN
 
 CODE_VERSION = "4"  # 4: STS-B train is not evaluated (training data, not a result)
 #: the paper profile's repeats of the speed measurement (the best is reported)
@@ -65,21 +67,20 @@ def language_plan(run: StageRun) -> Plan:
 
 def plan(run: StageRun, suites_for: EvaluationPlan) -> Plan:
     """The evaluation of the promoted model of the run's language (or ``multi``) on
-    ``suites_for``, unless the config names suites, tracks or Tatoeba languages; the key names
-    the model's version and the evaluation data's files."""
+    ``suites_for``, unless the config names suites or a suite's subsets (its
+    ``subset_option``: STS 2017 tracks, retrieval languages); the key names the model's version
+    and the evaluation data's files."""
     config, code, stage = run.config, run.spec.code, run.stage
     model = promoted_model(run.storage, code)  # the language's model: its promoted version
     dev_sts = dev_sts_of(model)
     eval_dir = run.resource("eval_data").path()
     suites = sorted(config.suites if config.suites is not None else suites_for.suites)
-    tracks = (
-        config.sts17_tracks if config.sts17_tracks is not None else list(suites_for.sts17_tracks)
-    )
-    tatoeba = (
-        config.tatoeba_languages
-        if config.tatoeba_languages is not None
-        else list(suites_for.tatoeba_languages)
-    )
+    subsets = {}
+    for each in suites_with_subsets():
+        chosen = getattr(config, each.subset_option, None)
+        subsets[each] = (
+            list(chosen) if chosen is not None else list(suites_for.subsets_of(each.name))
+        )
     profile = run.resource("profile")
     speed_repeats = profile.settings("model_evaluation", {"speed_repeats": config.speed_repeats})
     speed_repeats = speed_repeats.get("speed_repeats", PAPER_SPEED_REPEATS)
@@ -89,11 +90,10 @@ def plan(run: StageRun, suites_for: EvaluationPlan) -> Plan:
             psp_core.load_model(model.output("bundle")),
             eval_dir,
             suites,
-            tatoeba_languages=tatoeba,
-            sts17_tracks=tracks,
             speed_repeats=speed_repeats,
             model_name=f"psp-{code}",
             dev_sts=dev_sts,
+            **{each.subset_option: chosen for each, chosen in subsets.items()},
         )
         summary = results.to_dict()
         stage.path("results.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -114,8 +114,7 @@ def plan(run: StageRun, suites_for: EvaluationPlan) -> Plan:
         "model": model.fingerprint,
         "eval_data": tree_signature(eval_dir),
         "suites": suites,
-        "sts17_tracks": tracks,
-        "tatoeba": tatoeba,
+        **{each.subset_key or each.subset_option: chosen for each, chosen in subsets.items()},
         "dev_sts": dev_sts,
         "speed_repeats": speed_repeats,
     }
@@ -150,8 +149,6 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     for track, values in record.sts17.items():
         dev = "_dev" if values["dev"] else ""  # the model-selection track: in no mean
         metadata[f"sts17_{track}{dev}_pearson"] = MetadataValue.float(round(values["pearson"], 2))
-    if record.speed:
-        metadata["speed"] = speed_table(record.speed)
     return Report(metadata)
 
 

@@ -296,8 +296,9 @@ def evaluation_plan(run: StageRun) -> Plan:
 
 multi_evaluation = stage_asset(
     name="multi_evaluation",
-    description="""Every set the per-language models are evaluated on: English STS, STS-B, every STS 2017
-    track of its languages, Tatoeba for each of them, and speed.""",
+    description="""Every set the per-language models are evaluated on: each evaluation suite that applies
+    to one of its languages, with every subset that does (every STS 2017 track of its languages,
+    each language's retrieval set), the English suites, and speed.""",
     code_version="1",
     config=EvaluationConfig,
     upstream=["multi_psp_model"],

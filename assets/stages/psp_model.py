@@ -39,7 +39,7 @@ from assets.settings.resources import ComputeResource, EvaluationDataResource, S
 from assets.stages.retrain_plan import current_plan, is_incremental, starting_version
 from ops.pairs.pair_lineage import reference_sentences, vocabulary_fit
 from psp_core.evaluation import StsEvaluator
-from psp_core.evaluation.dev_suite import DEV_FILES, DevSuiteEvaluator
+from psp_core.evaluation.dev_suite import DevSuiteEvaluator, dev_files
 from psp_core.models.bundle import BundleError, load_bundle
 from psp_core.models.export import FORMATS as EXPORT_FORMATS
 from psp_core.models.registry import TRAIN_PAIRS, VERSIONS, Version, retrain_record
@@ -305,7 +305,9 @@ class ModelTraining:
                 "best_epoch_unavailable"
             ),
             # (the dev suite's STS 2017 track: the evaluation marks it dev, as STS-B's dev split)
-            "dev_sts": DEV_FILES["sts17_en_en"] if selection == DEV_SUITE_SELECTION else selection,
+            "dev_sts": dev_files()["sts17_en_en"]
+            if selection == DEV_SUITE_SELECTION
+            else selection,
             "model_selection": selection,
             "dim": bundle_config["dim"],
             "vocab_size": bundle_config["vocab_size"],

@@ -1,5 +1,5 @@
-"""``psp evaluate`` (STS, STS 2017, STS Benchmark, Tatoeba and speed) and ``psp fetch-eval-data``
-(the official evaluation sets, downloaded and converted)."""
+"""``psp evaluate`` (the registered evaluation suites: :mod:`psp_core.evaluation.suite`) and
+``psp fetch-eval-data`` (their official sets, downloaded and converted)."""
 
 from __future__ import annotations
 
@@ -23,22 +23,35 @@ log = logging.getLogger("psp")
 
 
 def add_evaluate_parser(commands) -> None:
+    from psp_core.evaluation.registry import registered
+
+    suites = registered()
+    titles = [each.title for each in suites.values()]
     evaluate = commands.add_parser(
-        "evaluate", help="STS, STS 2017, STS Benchmark, Tatoeba and speed, beside the paper"
+        "evaluate", help=f"{', '.join(titles[:-1])} and {titles[-1]}, beside the paper"
     )
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument(
-        "--eval-dir", required=True, help="sts/YEAR/*.tsv, sts17/, stsb/, tatoeba/ (see README)"
+        "--eval-dir",
+        required=True,
+        help=", ".join(dict.fromkeys(p for each in suites.values() for p in each.files))
+        + " (docs/evaluation.md)",
     )
-    evaluate.add_argument("--suites", default="sts,sts17,stsb,tatoeba,speed")
+    evaluate.add_argument(
+        "--suites",
+        default=",".join(suites),
+        help="comma-separated suites to run (default: all of them)",
+    )
     evaluate.add_argument(
         "--output-json",
         help="also write the results as JSON here; - writes them to standard output (the "
         "tables then go to standard error)",
     )
-    evaluate.add_argument(
-        "--tatoeba-languages", help="comma-separated LASER codes (default: all present)"
-    )
+    for each in suites.values():
+        if each.subset_option:
+            evaluate.add_argument(
+                f"--{each.subset_option.replace('_', '-')}", help=each.subset_help
+            )
     evaluate.add_argument(
         "--dev-sts",
         help="the STS file the model was selected on (psp train --dev-sts), relative to "
@@ -50,27 +63,30 @@ def add_evaluate_parser(commands) -> None:
 
 
 def add_fetch_eval_data_parser(commands) -> None:
+    from psp_core.evaluation.registry import registered
+
     fetch = commands.add_parser(
         "fetch-eval-data", help="download and convert the official evaluation sets"
     )
     fetch.add_argument("--dest", required=True, help="evaluation directory to fill")
-    fetch.add_argument("--formats", help="e.g. sts2012,sts17-input,sts17-gold,stsb,tatoeba")
+    formats = {s.format: None for each in registered().values() for s in each.sources.values()}
+    fetch.add_argument("--formats", help="comma-separated, any of " + ",".join(formats))
     fetch.add_argument("--sources-json", help="{file name: {url, format[, sha256]}} (mirrors)")
     fetch.set_defaults(handler=cmd_fetch_eval_data)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     require("requests", "evaluate", "psp evaluate")  # (the evaluation package downloads too)
-    from psp_core.evaluation import SUITES, evaluate_model
-    from psp_core.evaluation.runner import suites_with_data
+    from psp_core.evaluation import evaluate_model, registered, suites_with_data
 
     eval_dir = Path(args.eval_dir)
     if not eval_dir.is_dir():
         raise CliError(f"evaluation directory {eval_dir} does not exist or is not a directory")
+    known = tuple(registered())
     suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    unknown = [s for s in suites if s not in SUITES]
+    unknown = [s for s in suites if s not in known]
     if unknown or not suites:
-        raise CliError(f"--suites {args.suites!r}: expected a comma-separated subset of {SUITES}")
+        raise CliError(f"--suites {args.suites!r}: expected a comma-separated subset of {known}")
     if not suites_with_data(eval_dir, suites):
         raise _nothing_to_evaluate(eval_dir, suites)
     inputs = (eval_dir, args.model)
@@ -79,18 +95,22 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         if args.output_json
         else None
     )
-    languages = args.tatoeba_languages.split(",") if args.tatoeba_languages else None
+    subsets = {
+        each.subset_option: getattr(args, each.subset_option).split(",")
+        for each in registered().values()
+        if each.subset_option and getattr(args, each.subset_option, None)
+    }
     model = load_model(args.model, num_threads=args.threads)
     results = evaluate_model(
         model,
         eval_dir,
         suites,
-        tatoeba_languages=languages,
         speed_repeats=args.speed_repeats,
         model_name=str(args.model),
         dev_sts=args.dev_sts,
+        **subsets,
     )
-    if not (results.sts or results.sts17 or results.stsb or results.tatoeba or results.speed):
+    if not any(results.results.values()):
         raise _nothing_to_evaluate(eval_dir, suites)
     # with the JSON on standard output, the tables for people go beside the logs
     tables = sys.stderr if output and output.kind == STANDARD_OUTPUT else sys.stdout
@@ -102,18 +122,23 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def _nothing_to_evaluate(eval_dir: Path, suites: list[str]) -> CliError:
+    from psp_core.evaluation import registered
+
+    layouts = [
+        each.layout if each.layout is not None else " or ".join(each.files)
+        for each in registered().values()
+    ]
     return CliError(
         f"nothing to evaluate in {eval_dir} for suites {','.join(suites)}: expected "
-        "sts/YEAR/NAME.tsv, sts17/PAIR.tsv, stsb/{train,dev,test}.tsv (gold<TAB>s1<TAB>s2) "
-        "or tatoeba/xxx-eng.xxx + tatoeba/xxx-eng.eng (psp fetch-eval-data builds them)"
+        f"{', '.join(filter(None, layouts))} (psp fetch-eval-data builds them)"
     )
 
 
 def cmd_fetch_eval_data(args: argparse.Namespace) -> None:
     require("requests", "evaluate", "psp fetch-eval-data")
-    from psp_core.evaluation.data import DEFAULT_EVAL_SOURCES, EvalSource, prepare_eval_data
+    from psp_core.evaluation.data import EvalSource, default_eval_sources, prepare_eval_data
 
-    sources = dict(DEFAULT_EVAL_SOURCES)
+    sources = default_eval_sources()
     if args.sources_json:
         path = require_file(Path(args.sources_json), "sources file")
         try:

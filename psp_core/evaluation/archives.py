@@ -1,4 +1,4 @@
-"""Convert the official evaluation archives into an evaluation directory (docs/evaluation.md).
+"""Convert the official STS archives into an evaluation directory (docs/evaluation.md).
 
 Formats handled (the file names are those inside the official archives):
 
@@ -14,11 +14,10 @@ Formats handled (the file names are those inside the official archives):
 * STS Benchmark (``Stsbenchmark.tar.gz``): ``stsbenchmark/sts-{train,dev,test}.csv``, tab
   separated ``genre, file, year, id, score, sentence1, sentence2[, ...]``. Output:
   ``stsb/SPLIT.tsv``.
-* LASER Tatoeba v1 (``tatoeba.xxx-eng.xxx`` and ``tatoeba.xxx-eng.eng``): copied to
-  ``tatoeba/xxx-eng.{xxx,eng}``.
 
-Every output is ``gold<TAB>s1<TAB>s2`` (STS) or line-aligned text (Tatoeba), written under a
-temporary name and renamed; an output that already exists is left alone.
+Every output is ``gold<TAB>s1<TAB>s2``, written under a temporary name and renamed; an output
+that already exists is left alone. Each suite converts its own downloads
+(:meth:`psp_core.evaluation.suite.Suite.convert`) with these.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import tarfile
 import zipfile
 from collections.abc import Callable, Mapping
@@ -38,7 +36,6 @@ log = logging.getLogger(__name__)
 
 _STS_INPUT = re.compile(r"(?:^|/)STS(?P<year>\d{4})?\.input\.(?P<name>.+)\.txt$")
 _STSB_MEMBER = re.compile(r"(?:^|/)sts-(?P<split>train|dev|test)\.csv$")
-_TATOEBA = re.compile(r"^tatoeba\.(?P<lang>[a-z]{3})-eng\.(?P<side>[a-z]{3})$")
 
 
 def _decode(data: bytes, where: str) -> str:
@@ -174,42 +171,4 @@ def convert_stsb(archive: str | Path, eval_dir: str | Path) -> list[str]:
                     rows.append(f"{fields[4]}\t{fields[5].strip()}\t{fields[6].strip()}\n")
                 _write_atomic(target, "".join(rows))
             written.append(str(target))
-    return written
-
-
-def convert_tatoeba(path: str | Path, eval_dir: str | Path) -> list[str]:
-    """``tatoeba.xxx-eng.yyy`` -> ``eval_dir/tatoeba/xxx-eng.yyy``."""
-    path = Path(path)
-    match = _TATOEBA.match(path.name)
-    if not match:
-        raise ValueError(f"{path}: expected a LASER file named tatoeba.xxx-eng.xxx or .eng")
-    target = Path(eval_dir) / "tatoeba" / path.name.removeprefix("tatoeba.")
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, target)
-    return [str(target)]
-
-
-def convert_downloads(downloads: Mapping[str, tuple[Path, str]], eval_dir: str | Path) -> list[str]:
-    """Convert downloaded files (name -> (path, format)); formats as in ``EvalSource.format``:
-    ``sts2012``..``sts2016``, ``sts17-input`` + ``sts17-gold``, ``stsb``, ``tatoeba``."""
-    written: list[str] = []
-    sts17: dict[str, Path] = {}
-    for name, (path, fmt) in downloads.items():
-        if re.fullmatch(r"sts20\d\d", fmt):
-            written += convert_sts_year(path, fmt[3:], eval_dir)
-        elif fmt in ("sts17-input", "sts17-gold"):
-            sts17[fmt] = path
-        elif fmt == "stsb":
-            written += convert_stsb(path, eval_dir)
-        elif fmt == "tatoeba":
-            written += convert_tatoeba(path, eval_dir)
-        else:
-            raise ValueError(f"{name}: unknown evaluation data format {fmt!r}")
-    if len(sts17) == 2:
-        written += convert_sts17(sts17["sts17-input"], sts17["sts17-gold"], eval_dir)
-    elif sts17:
-        log.warning("STS 2017 needs both the input and the gold archive; got only %s", list(sts17))
     return written

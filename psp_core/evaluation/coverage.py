@@ -8,17 +8,17 @@ the dev set left out) is not the same number: :func:`sts_coverage` says what our
 
 The dev set is the STS file training selected the best epoch on (``TrainingConfig.dev_sts``,
 ``psp train --dev-sts``; STS 2017 en-en by default, as in the paper). Its row is reported, marked
-dev, and left out of every mean. :func:`dev_dataset` maps its path, relative to the evaluation
-directory, to the dataset it names.
+dev, and left out of every mean (``psp_core.evaluation.registry.dev_dataset`` maps its path,
+relative to the evaluation directory, to the dataset it names).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 from psp_core.evaluation.sts import STS_YEAR_DATASETS
+from psp_core.evaluation.suite import DevDataset
 
 #: The datasets behind each of the paper's per-year means.
 PAPER_STS_DATASETS: dict[str, tuple[str, ...]] = {
@@ -27,32 +27,6 @@ PAPER_STS_DATASETS: dict[str, tuple[str, ...]] = {
 }
 #: Datasets the paper used that were never released publicly.
 NOT_PUBLIC = {("2013", "SMT")}
-
-
-@dataclass(frozen=True)
-class DevDataset:
-    """The dataset a dev file names: ``suite`` is ``sts`` (with ``year``), ``sts17`` or ``stsb``."""
-
-    suite: str
-    name: str
-    year: str | None = None
-
-
-def dev_dataset(dev_sts: str | None) -> DevDataset | None:
-    """The dataset named by ``dev_sts``, a path relative to the evaluation directory in its
-    layout (``sts17/en-en.tsv``, ``sts/2014/OnWN.tsv``, ``stsb/dev.tsv``); None when it names
-    none of them (a file elsewhere matches no row)."""
-    if not dev_sts:
-        return None
-    path = PurePosixPath(dev_sts)
-    if path.suffix != ".tsv":
-        return None
-    parts = path.parts
-    if len(parts) == 3 and parts[0] == "sts":
-        return DevDataset("sts", path.stem, parts[1])
-    if len(parts) == 2 and parts[0] in ("sts17", "stsb"):
-        return DevDataset(parts[0], path.stem)
-    return None
 
 
 def _and(names: list[str]) -> str:

@@ -8,8 +8,9 @@ given), and renames the file into place when complete. A file already in place i
 Downloads go through :mod:`psp_core.files.download` (resume, retry, length check, cache), the same
 downloader the corpus sources in ``ops`` use.
 
-``prepare_eval_data`` downloads the archives named in :data:`DEFAULT_EVAL_SOURCES` (or a table
-you pass, e.g. pointing at a mirror) and converts them with :mod:`psp_core.evaluation.archives`.
+``prepare_eval_data`` downloads the files the registered suites name (:func:`default_eval_sources`,
+or a table you pass, e.g. pointing at a mirror) and has the suite whose format each is convert
+it into the evaluation directory.
 """
 
 from __future__ import annotations
@@ -17,57 +18,29 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
-from psp_core.evaluation import archives
+from psp_core.evaluation.registry import registered
+from psp_core.evaluation.suite import EvalSource
 from psp_core.files.download import DownloadError, download, retrying_session
 from psp_core.files.stale_temps import remove_stale_temps
 
 log = logging.getLogger(__name__)
 
-STSWIKI = "http://ixa2.si.ehu.es/stswiki/images"
-SEMEVAL17 = "http://alt.qcri.org/semeval2017/task1/data/uploads"
-LASER_TATOEBA = "https://raw.githubusercontent.com/facebookresearch/LASER/main/data/tatoeba/v1"
-#: LASER's Tatoeba v1 languages this project uses: the paper's six and those in shared/data.
-TATOEBA_LANGUAGES = (
-    "ara", "deu", "spa", "fra", "rus", "tur",
-    "ita", "nld", "por", "pol", "ukr", "jpn", "kor", "heb", "hin", "vie", "ell", "bul",
-)  # fmt: skip
+
+def default_eval_sources() -> dict[str, EvalSource]:
+    """File name -> source of every registered suite (SemEval STS per year, STS 2017 inputs and
+    gold, the STS Benchmark, LASER's retrieval files, ...). Pass your own mapping to use a
+    mirror."""
+    return {name: source for each in registered().values() for name, source in each.sources.items()}
 
 
-@dataclass(frozen=True)
-class EvalSource:
-    """One file to download: its URL, the archive format, and optionally its sha256."""
-
-    url: str
-    format: str  # a key of archives.CONVERTERS
-    sha256: str | None = None
-
-
-def _default_sources() -> dict[str, EvalSource]:
-    sources = {
-        "STS2012-en-test.zip": EvalSource(f"{STSWIKI}/4/40/STS2012-en-test.zip", "sts2012"),
-        "STS2013-en-test.zip": EvalSource(f"{STSWIKI}/2/2f/STS2013-en-test.zip", "sts2013"),
-        "STS2014-en-test.zip": EvalSource(f"{STSWIKI}/8/8c/STS2014-en-test.zip", "sts2014"),
-        "STS2015-en-test.zip": EvalSource(f"{STSWIKI}/d/da/STS2015-en-test.zip", "sts2015"),
-        "STS2016-en-test.zip": EvalSource(f"{STSWIKI}/9/98/STS2016-en-test.zip", "sts2016"),
-        "sts2017.eval.v1.1.zip": EvalSource(f"{SEMEVAL17}/sts2017.eval.v1.1.zip", "sts17-input"),
-        "sts2017.gs.zip": EvalSource(f"{SEMEVAL17}/sts2017.gs.zip", "sts17-gold"),
-        "Stsbenchmark.tar.gz": EvalSource(f"{STSWIKI}/4/48/Stsbenchmark.tar.gz", "stsb"),
-    }
-    for lang in TATOEBA_LANGUAGES:
-        for side in (lang, "eng"):
-            name = f"tatoeba.{lang}-eng.{side}"
-            sources[name] = EvalSource(f"{LASER_TATOEBA}/{name}", "tatoeba")
-    return sources
-
-
-#: File name -> source: SemEval STS per year, STS 2017 (inputs and gold), STS Benchmark, and
-#: LASER's Tatoeba files. Pass your own mapping to use a mirror.
-DEFAULT_EVAL_SOURCES: dict[str, EvalSource] = _default_sources()
+def __getattr__(name: str) -> dict[str, EvalSource]:
+    if name == "DEFAULT_EVAL_SOURCES":  # the registry's sources, read when asked for
+        return default_eval_sources()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _checksum(sha256: str | None):
@@ -117,7 +90,7 @@ def fetch_eval_data(
 def prepare_eval_data(
     eval_dir: str | Path,
     *,
-    sources: Mapping[str, EvalSource] = DEFAULT_EVAL_SOURCES,
+    sources: Mapping[str, EvalSource] | None = None,
     formats: list[str] | None = None,
     cache_dir: str | Path | None = None,
     session: requests.Session | None = None,
@@ -131,6 +104,7 @@ def prepare_eval_data(
     ``NAME.part``, are kept: they resume).
     """
     eval_dir = Path(eval_dir)
+    sources = default_eval_sources() if sources is None else sources
     remove_stale_temps(eval_dir)
     cache = Path(cache_dir) if cache_dir else eval_dir / ".downloads"
     wanted = {name: s for name, s in sources.items() if formats is None or s.format in formats}
@@ -142,9 +116,28 @@ def prepare_eval_data(
         except DownloadError as error:
             log.warning("%s", error)
             failures.append(str(error))
-    written = archives.convert_downloads(
+    written = convert_downloads(
         {name: (path, wanted[name].format) for name, path in downloaded.items()}, eval_dir
     )
     if failures:
         raise DownloadError(f"{len(failures)} downloads failed: " + "; ".join(failures))
+    return written
+
+
+def convert_downloads(downloads: Mapping[str, tuple[Path, str]], eval_dir: str | Path) -> list[str]:
+    """Convert downloaded files (name -> (path, format)) into ``eval_dir``: each by the suite
+    whose sources have its format (``sts2012``..``sts2016``, ``sts17-input`` + ``sts17-gold``,
+    ``stsb``, ...)."""
+    owners = {
+        source.format: each for each in registered().values() for source in each.sources.values()
+    }
+    grouped: dict[str, dict[str, list[Path]]] = {}
+    for name, (path, fmt) in downloads.items():
+        if fmt not in owners:
+            raise ValueError(f"{name}: unknown evaluation data format {fmt!r}")
+        grouped.setdefault(owners[fmt].name, {}).setdefault(fmt, []).append(path)
+    written: list[str] = []
+    for name, each in registered().items():
+        if name in grouped:
+            written += each.convert(grouped[name], Path(eval_dir))
     return written

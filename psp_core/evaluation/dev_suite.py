@@ -19,17 +19,37 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.parquet as pq
 
-from psp_core.evaluation.sts import StsEvaluator
-from psp_core.evaluation.tatoeba import error_rate
-from psp_core.models.promotion import ERROR_SUFFIX, lower_is_better
+from psp_core.evaluation.registry import registered
+from psp_core.evaluation.retrieval import error_rate
 
 if TYPE_CHECKING:
     from psp_core.inference.model import PSPModel
 
 log = logging.getLogger(__name__)
 
-#: dev score name -> file under the evaluation directory
-DEV_FILES = {"sts17_en_en": "sts17/en-en.tsv", "stsb_dev": "stsb/dev.tsv"}
+#: the name of a language's held-back retrieval error (lower is better)
+HELD_BACK = "held_back_{lang}_error"
+
+
+def dev_files() -> dict[str, str]:
+    """Dev score name -> file under the evaluation directory: each suite's ``dev_files``
+    (STS 2017 en-en and the STS Benchmark's dev split among the built-in ones)."""
+    return {name: path for each in registered().values() for name, path in each.dev_files.items()}
+
+
+def lower_is_better() -> frozenset[str]:
+    """The dev scores that are better lower, by name: those of suites whose figures are error
+    rates; a held-back retrieval error (:data:`HELD_BACK`) is too."""
+    return frozenset(
+        name
+        for each in registered().values()
+        if not each.higher_is_better
+        for name in each.dev_files
+    )
+
+
+def is_lower_better(name: str) -> bool:
+    return name in lower_is_better() or (name.startswith("held_back_") and name.endswith("_error"))
 
 
 def retrieval_error(
@@ -62,7 +82,7 @@ def both_ways_error(
 def dev_suite_files(eval_dir: str | Path) -> dict[str, Path]:
     """The dev files present under ``eval_dir`` (an absent one is logged and left out)."""
     found = {}
-    for name, relative in DEV_FILES.items():
+    for name, relative in dev_files().items():
         path = Path(eval_dir) / relative
         if path.is_file():
             found[name] = path
@@ -88,7 +108,10 @@ class DevSuite:
         held_back: dict[str, Path] | None = None,
         pools: dict[str, Path] | None = None,
     ) -> None:
-        self.sts = {name: StsEvaluator(path) for name, path in dev_suite_files(eval_dir).items()}
+        owners = {name: each for each in registered().values() for name in each.dev_files}
+        self.sts = {
+            name: owners[name].dev_scorer(path) for name, path in dev_suite_files(eval_dir).items()
+        }
         self.pairs: dict[str, tuple[list[str], list[str]]] = {}
         self.pools: dict[str, tuple[list[str], list[str]]] = {}
         for lang, path in sorted((held_back or {}).items()):
@@ -112,7 +135,7 @@ class DevSuite:
             other = model.embed(other + pool_other, normalize=True)
             n = len(self.pairs[lang][0])
             error = both_ways_error(english[:n], other[:n], english[n:], other[n:])
-            scores[f"held_back_{lang}{ERROR_SUFFIX}"] = error
+            scores[HELD_BACK.format(lang=lang)] = error
         return {k: v if digits is None else round(v, digits) for k, v in scores.items()}
 
 
@@ -128,19 +151,24 @@ def dev_scores(
 
 
 def dev_mean(scores: dict[str, float], digits: int | None = 2) -> float | None:
-    """One number for a model's dev suite, higher is better: the mean of STS 2017 en-en, STS-B
-    dev and the languages' mean held-back retrieval accuracy (100 minus the error; a version
-    scored before the errors were kept has the accuracy itself) (those present; None when none
-    is), rounded to
-    ``digits`` (None: not rounded). Each language's pairs count once whatever their number,
+    """One number for a model's dev suite, higher is better: the mean of the suites' dev scores
+    (STS 2017 en-en, STS-B dev; a suite's error rate as 100 minus it) and the languages' mean
+    held-back retrieval accuracy (100 minus the error; a version scored before the errors were
+    kept has the accuracy itself) (those present; None when none is), rounded to ``digits``
+    (None: not rounded). Each language's pairs count once whatever their number,
     and all languages together as much as one STS set: the rule the multilingual defaults
     were decided by (benchmarks/RESULTS.md#multi-model)."""
     held = [
-        100.0 - value if lower_is_better(name) else value
+        100.0 - value if is_lower_better(name) else value
         for name, value in scores.items()
         if name.startswith("held_back_")
     ]
-    parts = [scores[name] for name in DEV_FILES if name in scores]
+    lower = lower_is_better()
+    parts = [
+        100.0 - scores[name] if name in lower else scores[name]
+        for name in dev_files()
+        if name in scores
+    ]
     if held:
         parts.append(sum(held) / len(held))
     if not parts:

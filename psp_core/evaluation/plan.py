@@ -1,42 +1,32 @@
 """Which evaluations apply to a language's model, and one scoreboard across languages.
 
 The paper evaluates its English model on STS 2012-2016 (and selects on STS 2017 en-en), and each
-en-X bitext model on English STS, the STS 2017 tracks involving X and Tatoeba X->en / en->X.
-:func:`plan_for_language` turns that into suites, STS 2017 tracks and Tatoeba languages;
-:func:`scoreboard_markdown` renders several languages' ``EvaluationResults.to_dict()`` side by
-side with the paper's numbers.
+en-X bitext model on English STS, the STS 2017 tracks involving X and retrieval X->en / en->X.
+:func:`plan_for_language` asks each registered suite which of its subsets apply
+(:meth:`~psp_core.evaluation.suite.Suite.subsets_for`); :func:`scoreboard_markdown` renders
+several languages' ``EvaluationResults.to_dict()`` side by side with the paper's numbers, each
+suite its own columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from psp_core.evaluation.coverage import DevDataset, dev_dataset, sts_coverage
-from psp_core.evaluation.results import (
-    PAPER_STS17,
-    PAPER_STS_MEAN,
-    PAPER_STS_MEAN_YEARS,
-    PAPER_TATOEBA,
-)
-from psp_core.evaluation.sts import STS17_TRACKS
-
-#: ISO 639-1 (our partition codes, region suffix ignored) -> LASER's Tatoeba 3-letter codes.
-LASER_CODES: dict[str, str] = {
-    "ar": "ara", "bg": "bul", "de": "deu", "el": "ell", "es": "spa", "fr": "fra", "he": "heb",
-    "hi": "hin", "it": "ita", "ja": "jpn", "ko": "kor", "nl": "nld", "pl": "pol", "pt": "por",
-    "ru": "rus", "tr": "tur", "uk": "ukr", "vi": "vie", "zh": "cmn",
-}  # fmt: skip
+from psp_core.evaluation.registry import dev_dataset, registered
 
 
 @dataclass(frozen=True)
 class EvaluationPlan:
-    """What to run for one language: suites, STS 2017 tracks, Tatoeba languages."""
+    """What to run for one language: the suites, in the registry's order, and the subsets of
+    those that have subsets to choose (suite name -> subsets; ``()`` where none apply)."""
 
     suites: tuple[str, ...]
-    sts17_tracks: tuple[str, ...]
-    tatoeba_languages: tuple[str, ...]
+    subsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def subsets_of(self, suite: str) -> tuple[str, ...]:
+        return tuple(self.subsets.get(suite, ()))
 
 
 def _base(lang: str) -> str:
@@ -44,19 +34,22 @@ def _base(lang: str) -> str:
 
 
 def plan_for_language(lang: str) -> EvaluationPlan:
-    """The paper's evaluation of the model of partition ``lang``.
+    """The paper's evaluation of the model of partition ``lang``: the suites that apply to it
+    and their subsets.
 
     ``en`` (paraphrase data): STS 2012-2016, STS 2017 en-en, STS Benchmark, speed. Any other
-    language X: STS 2012-2016 (English), the STS 2017 tracks with an X column, Tatoeba X (when
+    language X: STS 2012-2016 (English), the STS 2017 tracks with an X column, retrieval of X (when
     LASER has it) and speed.
     """
     base = _base(lang)
-    if base == "en":
-        return EvaluationPlan(("sts", "sts17", "stsb", "speed"), ("en-en",), ())
-    tracks = tuple(t.name for t in STS17_TRACKS if base in (t.first_language, t.second_language))
-    tatoeba = (LASER_CODES[base],) if base in LASER_CODES else ()
-    suites = ("sts",) + (("sts17",) if tracks else ()) + (("tatoeba",) if tatoeba else ())
-    return EvaluationPlan(suites + ("speed",), tracks, tatoeba)
+    suites, subsets = [], {}
+    for name, each in registered().items():
+        chosen = each.subsets_for(base)
+        if chosen is not None:
+            suites.append(name)
+        if each.subset_option:
+            subsets[name] = tuple(chosen or ())
+    return EvaluationPlan(tuple(suites), subsets)
 
 
 def plan_for_languages(langs: list[str] | tuple[str, ...]) -> EvaluationPlan:
@@ -64,54 +57,30 @@ def plan_for_languages(langs: list[str] | tuple[str, ...]) -> EvaluationPlan:
     union of their plans, with the English suites (STS 2012-2016, STS 2017 en-en, STS-B) always
     in, so the multilingual model is compared with every per-language model on its own sets."""
     plans = [plan_for_language(lang) for lang in ("en", *langs)]
-    suites = sorted({suite for plan in plans for suite in plan.suites} - {"speed"})
-    tracks = sorted({track for plan in plans for track in plan.sts17_tracks})
-    tatoeba = sorted({code for plan in plans for code in plan.tatoeba_languages})
-    if tatoeba and "tatoeba" not in suites:
-        suites.append("tatoeba")
-    return EvaluationPlan((*suites, "speed"), tuple(tracks), tuple(tatoeba))
-
-
-def _cell(value: float | None, paper: float | None = None) -> str:
-    text = "-" if value is None else f"{value:.1f}"
-    return text if paper is None else f"{text} ({paper:.1f})"
+    suites = {suite for plan in plans for suite in plan.suites}
+    subsets = {
+        name: tuple(sorted({s for plan in plans for s in plan.subsets_of(name)}))
+        for name, each in registered().items()
+        if each.subset_option
+    }
+    suites |= {name for name, chosen in subsets.items() if chosen}
+    return EvaluationPlan(tuple(name for name in registered() if name in suites), subsets)
 
 
 def scoreboard_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One flat row per language from ``{lang: EvaluationResults.to_dict()}``.
-
-    ``sts_mean_note`` says what the STS mean is over when that is less than the paper's
-    2012-2016 (``over 2012-2014 (2015, 2016 absent; 2013 without SMT)``); ``dev_sts`` is the
-    file the model was selected on (its STS 2017 track or STS-B split is marked dev).
-    """
+    """One flat row per language from ``{lang: EvaluationResults.to_dict()}``: ``lang``,
+    ``dev_sts`` (the file the model was selected on), ``missing``, and each suite's fields
+    (:meth:`~psp_core.evaluation.suite.Suite.board_cells`; for STS: ``sts_mean_note`` says what
+    the STS mean is over when that is less than the paper's 2012-2016, ``over 2012-2014 (2015,
+    2016 absent; 2013 without SMT)``)."""
     rows = []
     for lang, result in sorted(results.items()):
-        sts = result.get("sts") or {}
-        sts_mean = sts.get("mean")
+        row: dict[str, Any] = {"lang": lang, "dev_sts": result.get("dev_sts")}
         dev = dev_dataset(result.get("dev_sts"))
-        coverage = sts_coverage(
-            {year: list(names) for year, names in (sts.get("datasets") or {}).items()}, dev
-        )
-        speed = result.get("speed") or {}
-        rows.append(
-            {
-                "lang": lang,
-                "sts_mean_pearson": sts_mean["pearson"] if sts_mean else None,
-                "sts_years": list(coverage.years),
-                "sts_mean_note": coverage.mean_note() if sts_mean else None,
-                "dev_sts": result.get("dev_sts"),
-                "sts17_pearson": {k: v["pearson"] for k, v in result.get("sts17", {}).items()},
-                "sts17_dev": dev.name if dev and dev.suite == "sts17" else None,
-                "stsb_dev_pearson": (result.get("stsb", {}).get("dev") or {}).get("pearson"),
-                "stsb_dev_is_dev_set": dev == DevDataset("stsb", "dev"),
-                "tatoeba_error": {
-                    k: {"cosine": v["cosine_mean"], "margin": v["margin_mean"]}
-                    for k, v in result.get("tatoeba", {}).items()
-                },
-                "sentences_per_s": speed.get("with_tokenization"),
-                "missing": list(result.get("missing", [])),
-            }
-        )
+        for name, each in registered().items():
+            row.update(each.board_cells(result.get(name), dev))
+        row["missing"] = list(result.get("missing", []))
+        rows.append(row)
     return rows
 
 
@@ -141,63 +110,40 @@ def scoreboard_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _board_markdown(rows: list[dict[str, Any]]) -> str:
+    suites = list(registered().values())
+    columns = [column for each in suites for column in each.board_markdown(_empty_row(each))]
     lines = [
-        f"| lang | STS mean (Pearson) | paper STS {PAPER_STS_MEAN_YEARS} mean "
-        "| STS 2017 Pearson (paper) | STS-B dev split "
-        "| Tatoeba error % cosine (paper) / margin | sentences/s |",
-        "|---|---|---:|---|---:|---|---:|",
+        "| lang | " + " | ".join(header for header, _, _ in columns) + " |",
+        "|---|" + "|".join(align for _, align, _ in columns) + "|",
     ]
     for row in rows:
-        sts = _cell(row["sts_mean_pearson"])
-        if row["sts_mean_note"]:
-            sts += f" {row['sts_mean_note']}"
-        elif row["sts_years"]:
-            sts += f" over {PAPER_STS_MEAN_YEARS}"
-        sts17 = ", ".join(
-            f"{track} (dev) {_cell(value)}"
-            if track == row["sts17_dev"]
-            else f"{track} {_cell(value, PAPER_STS17.get(track))}"
-            for track, value in sorted(row["sts17_pearson"].items())
-        )
-        stsb = _cell(row["stsb_dev_pearson"]) + (" (dev)" if row["stsb_dev_is_dev_set"] else "")
-        tatoeba = ", ".join(
-            f"{code} {_cell(v['cosine'], PAPER_TATOEBA.get(code))} / {_cell(v['margin'])}"
-            for code, v in sorted(row["tatoeba_error"].items())
-        )
-        speed = "-" if row["sentences_per_s"] is None else f"{row['sentences_per_s']:,.0f}"
-        lines.append(
-            f"| {row['lang']} | {sts} | {PAPER_STS_MEAN:.1f} | {sts17 or '-'} | {stsb} | "
-            f"{tatoeba or '-'} | {speed} |"
-        )
+        cells = [cell for each in suites for _, _, cell in each.board_markdown(row)]
+        lines.append(f"| {row['lang']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def _empty_row(suite) -> dict[str, Any]:
+    """A row with nothing evaluated: what a suite's headers are read from."""
+    return suite.board_cells(None, None)
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _comparison_sets(row: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
-    """``(label, value of a scoreboard row, higher is better)`` for every set of ``row``."""
-    sets: list[tuple[str, Any, bool]] = [
-        ("STS mean (Pearson)", lambda r: r["sts_mean_pearson"], True),
-        ("STS-B dev (Pearson)", lambda r: r["stsb_dev_pearson"], True),
-    ]
-    for track in sorted(row["sts17_pearson"]):
-        label = f"STS 2017 {track} (Pearson)" + (" (dev)" if track == row["sts17_dev"] else "")
-        sets.append((label, lambda r, t=track: r["sts17_pearson"].get(t), True))
-    for code in sorted(row["tatoeba_error"]):
-        sets.append(
-            (
-                f"Tatoeba {code} error % (cosine)",
-                lambda r, c=code: (r["tatoeba_error"].get(c) or {}).get("cosine"),
-                False,
-            )
-        )
-    return sets
+    """``(label, value of a scoreboard row, higher is better)`` for every set of ``row``: each
+    suite's headline figures first (in the registry's order), then the others."""
+    sets = [entry for each in registered().values() for entry in each.compared(row)]
+    ordered = [s for s in sets if s[3]] + [s for s in sets if not s[3]]
+    return [(label, value_of, higher) for label, value_of, higher, _ in ordered]
 
 
 def _compare(board: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
     """``model`` (the multilingual model) beside the per-language models, one row per set it
     was evaluated on: ``set``, ``score``, the best per-language model (``best_model``,
-    ``best_score``) and ``better_by`` (positive: ``model`` is better; for Tatoeba, error rates,
-    the sign is turned so that positive still means better). Empty when ``model`` has no
-    results."""
+    ``best_score``) and ``better_by`` (positive: ``model`` is better; for error rates the sign
+    is turned so that positive still means better). Empty when ``model`` has no results."""
     rows = {row["lang"]: row for row in board}
     ours = rows.pop(model, None)
     if ours is None:

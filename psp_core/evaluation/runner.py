@@ -7,85 +7,75 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from psp_core.evaluation.registry import registered, suite_names
 from psp_core.evaluation.results import EvaluationResults
-from psp_core.evaluation.speed import measure_speed, speed_sentences
-from psp_core.evaluation.sts import evaluate_sts17, evaluate_sts_years, evaluate_stsb
-from psp_core.evaluation.tatoeba import evaluate_tatoeba
+from psp_core.evaluation.suite import SuiteRun
 
 if TYPE_CHECKING:
     from psp_core.inference.model import PSPModel
 
 log = logging.getLogger(__name__)
 
-SUITES = ("sts", "sts17", "stsb", "tatoeba", "speed")
-#: the files each suite reads, as glob patterns under the evaluation directory
-SUITE_FILES = {
-    "sts": ("sts/*/*.tsv",),
-    "sts17": ("sts17/*.tsv",),
-    "stsb": ("stsb/*.tsv",),
-    "tatoeba": ("tatoeba/*-eng.eng",),
-    "speed": ("sts/*/*.tsv", "sts17/*.tsv"),
-}
 
-
-def suites_with_data(eval_dir: str | Path, suites: Sequence[str] = SUITES) -> list[str]:
-    """Those of ``suites`` that find at least one of their files under ``eval_dir``."""
-    root = Path(eval_dir)
-    return [s for s in suites if any(next(root.glob(p), None) for p in SUITE_FILES[s])]
+def suites_with_data(eval_dir: str | Path, suites: Sequence[str] | None = None) -> list[str]:
+    """Those of ``suites`` (default: every registered one) that find at least one of their
+    files under ``eval_dir``."""
+    root, registry = Path(eval_dir), registered()
+    names = suite_names() if suites is None else suites
+    return [s for s in names if any(next(root.glob(p), None) for p in registry[s].files)]
 
 
 def evaluate_model(
     model: PSPModel,
     eval_dir: str | Path,
-    suites: Sequence[str] = SUITES,
+    suites: Sequence[str] | None = None,
     *,
-    tatoeba_languages: list[str] | None = None,
-    sts17_tracks: list[str] | None = None,
     speed_repeats: int = 3,
     model_name: str = "",
     dev_sts: str | Path | None = None,
+    **subsets: Sequence[str] | None,
 ) -> EvaluationResults:
     """Evaluate ``model`` on the datasets under ``eval_dir`` (docs/evaluation.md).
 
     Args:
         model: the model.
-        eval_dir: directory with ``sts/``, ``sts17/``, ``stsb/``, ``tatoeba/``.
-        suites: any of :data:`SUITES`.
-        tatoeba_languages: LASER codes to evaluate (None: all present, paper's reported missing).
-        sts17_tracks: STS 2017 track names (``es-en``, ...) to evaluate (None: all of them).
-            :func:`psp_core.evaluation.plan_for_language` gives the paper's choice per language.
+        eval_dir: directory with each suite's files (``sts/``, ``sts17/``, ``stsb/``, ...).
+        suites: names of registered suites (:func:`psp_core.evaluation.suite_names`; default:
+            all), run in the registry's order.
         speed_repeats: timed runs per speed figure (best is kept).
         model_name: recorded in the results.
         dev_sts: the STS file the model was selected on (the dev set: ``TrainingConfig.dev_sts``,
             ``psp train --dev-sts``), relative to ``eval_dir`` (``sts17/en-en.tsv``) or a path
             into it. Its row is marked dev and left out of every mean. Ignored, with a warning,
             for a model whose training summary has no best epoch (trained without selection).
+        **subsets: a suite's subsets by its ``subset_option`` (``sts17_tracks=["es-en"]``, the
+            retrieval languages by their LASER codes, ...); None: the suite's default (all
+            present). :func:`psp_core.evaluation.plan_for_language` gives the paper's choice.
 
     Absent datasets are named in ``results.missing`` and logged; they never fail the run.
     """
-    unknown = [s for s in suites if s not in SUITES]
+    registry = registered()
+    suites = tuple(registry) if suites is None else tuple(suites)
+    unknown = [s for s in suites if s not in registry]
     if unknown:
-        raise ValueError(f"unknown evaluation suites {unknown}; expected some of {list(SUITES)}")
+        raise ValueError(f"unknown evaluation suites {unknown}; expected some of {list(registry)}")
+    by_option = {s.subset_option: s.name for s in registry.values() if s.subset_option}
+    options = sorted(set(subsets) - set(by_option))
+    if options:
+        raise TypeError(
+            f"evaluate_model() got unknown subsets {options}; expected {sorted(by_option)}"
+        )
+    wanted = {by_option[option]: chosen for option, chosen in subsets.items()}
     eval_dir = Path(eval_dir)
     if not eval_dir.is_dir():
         raise FileNotFoundError(f"evaluation directory {eval_dir} does not exist")
     results = EvaluationResults(model=model_name)
     results.dev_sts, results.dev_unnamed = _dev_set(model, eval_dir, dev_sts, model_name)
-    if "sts" in suites:
-        results.sts = evaluate_sts_years(model, eval_dir, results.missing)
-    if "sts17" in suites:
-        results.sts17 = evaluate_sts17(model, eval_dir, results.missing, sts17_tracks)
-    if "stsb" in suites:
-        results.stsb = evaluate_stsb(model, eval_dir, results.missing)
-    if "tatoeba" in suites:
-        results.tatoeba = evaluate_tatoeba(model, eval_dir, results.missing, tatoeba_languages)
-    if "speed" in suites:
-        sentences = speed_sentences(eval_dir)
-        if sentences:
-            results.speed = measure_speed(model, sentences, repeats=speed_repeats)
-        else:
-            log.warning("speed: no STS sentences under %s to time; skipped", eval_dir)
-            results.missing.append("speed sentences (sts/, sts17/)")
+    for name, each in registry.items():
+        if name in suites:
+            run = SuiteRun(eval_dir, results.missing, wanted.get(name), results.dev,
+                           {"speed_repeats": speed_repeats})  # fmt: skip
+            results.results[name] = each.evaluate(model, run)
     return results
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from assets.lifecycle.evaluation_tables import speed_table
+from assets.lifecycle.evaluation_tables import evaluation_tables
 
 
 def test_the_speed_table_names_its_units() -> None:
@@ -14,7 +14,7 @@ def test_the_speed_table_names_its_units() -> None:
         "with_tokenization": 51234.5,
         "without_tokenization": 221100.0,
     }
-    table = speed_table(speed).value
+    table = evaluation_tables({"speed": speed})["speed"].value
     assert [column.name for column in table.schema.columns] == ["measure", "value", "unit"]
     rows = {row.data["measure"]: (row.data["value"], row.data["unit"]) for row in table.records}
     assert rows["embed, tokenization included"] == (51234.5, "sentences/s")

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from psp_core.evaluation.dev_suite import DevSuite, retrieval_error
-from psp_core.models.promotion import decide
+from psp_core.evaluation.gate import decide
 
 
 def unit_rows(rows: np.ndarray) -> np.ndarray:

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from psp_core.evaluation import STS_YEAR_DATASETS, EvaluationResults, evaluate_model
-from psp_core.evaluation.coverage import DevDataset, dev_dataset, sts_coverage
+from psp_core.evaluation.coverage import sts_coverage
+from psp_core.evaluation.registry import dev_dataset
 from psp_core.evaluation.sts import Correlation
+from psp_core.evaluation.suite import DevDataset
 
 
 def write_sts(path: Path, pairs: list[tuple[str, str]], seed: int) -> Path:

@@ -26,7 +26,7 @@ from psp_core.evaluation import (
     spearman,
     tatoeba_errors,
 )
-from psp_core.evaluation.tatoeba import TatoebaScore
+from psp_core.evaluation.suites.tatoeba import TatoebaScore
 
 CASES = {
     "linear": ([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.1, 5.9, 8.2, 9.9]),

@@ -8,24 +8,27 @@ from psp_core.evaluation import (
     scoreboard_rows,
 )
 from psp_core.evaluation.sts import STS_YEAR_DATASETS, Correlation
-from psp_core.evaluation.tatoeba import TatoebaScore
+from psp_core.evaluation.suites.tatoeba import TatoebaScore
+
+
+def _plan(suites: tuple[str, ...], tracks: tuple[str, ...], languages: tuple[str, ...]):
+    """The plan of ``suites`` with these STS 2017 tracks and Tatoeba languages."""
+    return EvaluationPlan(suites, {"sts17": tracks, "tatoeba": languages})
 
 
 @pytest.mark.parametrize(
     ("lang", "plan"),
     [
-        ("en", EvaluationPlan(("sts", "sts17", "stsb", "speed"), ("en-en",), ())),
-        ("de", EvaluationPlan(("sts", "tatoeba", "speed"), (), ("deu",))),
-        ("ar", EvaluationPlan(("sts", "sts17", "tatoeba", "speed"), ("ar-ar", "ar-en"), ("ara",))),
+        ("en", _plan(("sts", "sts17", "stsb", "speed"), ("en-en",), ())),
+        ("de", _plan(("sts", "tatoeba", "speed"), (), ("deu",))),
+        ("ar", _plan(("sts", "sts17", "tatoeba", "speed"), ("ar-ar", "ar-en"), ("ara",))),
         (
             "es",
-            EvaluationPlan(
-                ("sts", "sts17", "tatoeba", "speed"), ("es-es", "es-en", "es-en-wmt"), ("spa",)
-            ),
+            _plan(("sts", "sts17", "tatoeba", "speed"), ("es-es", "es-en", "es-en-wmt"), ("spa",)),
         ),
-        ("tr", EvaluationPlan(("sts", "sts17", "tatoeba", "speed"), ("tr-en",), ("tur",))),
-        ("zh_cn", EvaluationPlan(("sts", "tatoeba", "speed"), (), ("cmn",))),
-        ("sw", EvaluationPlan(("sts", "speed"), (), ())),  # nothing language-specific
+        ("tr", _plan(("sts", "sts17", "tatoeba", "speed"), ("tr-en",), ("tur",))),
+        ("zh_cn", _plan(("sts", "tatoeba", "speed"), (), ("cmn",))),
+        ("sw", _plan(("sts", "speed"), (), ())),  # nothing language-specific
     ],
 )
 def test_each_language_gets_the_papers_evaluation(lang, plan):

@@ -3,7 +3,10 @@ suite (:mod:`psp_core.evaluation.dev_suite`), within a tolerance?"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+from psp_core.evaluation.dev_suite import is_lower_better
 
 
 @dataclass(frozen=True)
@@ -25,17 +28,13 @@ class GateDecision:
         return {**asdict(self), "decision": self.decision}
 
 
-#: the end of the name of a dev score that is lower-is-better (an error rate, %); every other
-#: dev score is higher-is-better
-ERROR_SUFFIX = "_error"
-
-
-def lower_is_better(name: str) -> bool:
-    """Whether the dev score ``name`` is an error rate (lower is better)."""
-    return name.endswith(ERROR_SUFFIX)
-
-
-def worse_beyond(name: str, candidate: float, incumbent: float, tolerance: float) -> bool:
+def worse_beyond(
+    name: str,
+    candidate: float,
+    incumbent: float,
+    tolerance: float,
+    lower_is_better: Callable[[str], bool] = is_lower_better,
+) -> bool:
     """Whether the candidate's score ``name`` is more than ``tolerance`` points worse."""
     if lower_is_better(name):
         return candidate > incumbent + tolerance
@@ -43,14 +42,18 @@ def worse_beyond(name: str, candidate: float, incumbent: float, tolerance: float
 
 
 def decide(
-    candidate: dict[str, float], incumbent: dict[str, float] | None, tolerance: float
+    candidate: dict[str, float],
+    incumbent: dict[str, float] | None,
+    tolerance: float,
+    lower_is_better: Callable[[str], bool] = is_lower_better,
 ) -> GateDecision:
     """Promote ``candidate`` (a version's dev scores) over ``incumbent`` (the promoted
     version's; None when there is none) unless a score both have is more than ``tolerance``
     points worse (lower; higher for an error rate). The first version is promoted; so is a
     version when neither has any dev score (no dev data: the gate cannot measure, and says
     so); a version that lacks the scores the incumbent has is not (it cannot be shown no
-    worse)."""
+    worse). ``lower_is_better(name)`` says a score's direction; by default the dev suite's
+    (:func:`psp_core.evaluation.dev_suite.is_lower_better`: from each suite's declaration)."""
     if incumbent is None:
         return GateDecision(True, "the first version of this model", candidate, None, tolerance)
     common = sorted(set(candidate) & set(incumbent))
@@ -64,7 +67,9 @@ def decide(
         )
         return GateDecision(False, reason, candidate, incumbent, tolerance)
     worse = [
-        name for name in common if worse_beyond(name, candidate[name], incumbent[name], tolerance)
+        name
+        for name in common
+        if worse_beyond(name, candidate[name], incumbent[name], tolerance, lower_is_better)
     ]
     sides = ", ".join(f"{name} {candidate[name]:.2f} vs {incumbent[name]:.2f}" for name in common)
     if worse:
