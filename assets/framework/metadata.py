@@ -104,14 +104,22 @@ def corpora_table(lines_read: Mapping[str, int], caps: Mapping[str, CorpusCap]) 
     return MetadataValue.table(rows, schema=CORPUS_COLUMNS)
 
 
-def settings_table(settings: Mapping[str, Any]) -> MetadataValue:
-    """A flat mapping (settings, speeds) as a two-column table instead of a JSON blob."""
+def settings_table(
+    settings: Mapping[str, Any], origins: Mapping[str, str] | None = None
+) -> MetadataValue:
+    """A flat mapping (settings, speeds) as a two-column table instead of a JSON blob; with
+    ``origins``, a third column says where each value was set."""
+    columns = [TableColumn("name", "string"), TableColumn("value", "string")]
+    if origins:
+        columns.append(TableColumn("from", "string", description="where the value was set"))
     rows = [
-        TableRecord({"name": str(name), "value": _readable(value)})
+        TableRecord(
+            {"name": str(name), "value": _readable(value)}
+            | ({"from": origins.get(name, "-")} if origins else {})
+        )
         for name, value in sorted(settings.items())
     ]
-    schema = TableSchema(columns=[TableColumn("name", "string"), TableColumn("value", "string")])
-    return MetadataValue.table(rows, schema=schema)
+    return MetadataValue.table(rows, schema=TableSchema(columns=columns))
 
 
 def _readable(value: Any) -> str:

@@ -190,6 +190,8 @@ class ModelRecord(Record):
     dim: int = 0
     vocab_size: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
+    #: where each setting was set (the code, the registry, the profile, the run config, ...)
+    settings_from: dict[str, str] = field(default_factory=dict)
     seconds: float | None = None
     training_window: list[float] | None = None
     loss_curve: list[Any] | None = None

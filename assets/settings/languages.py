@@ -37,6 +37,9 @@ from psp_core.training import TrainConfig
 
 DEFAULT_REGISTRY = Path(__file__).parents[1] / "languages.toml"
 REGISTRY_ENV = "PSP_LANGUAGES"
+#: a registry's top-level key naming another registry (relative to it) whose [defaults] it
+#: inherits: its own [defaults] tables override the inherited ones key by key
+INHERIT_DEFAULTS = "inherit_defaults"
 SOURCES = ("opus", "paranmt", "local")
 KINDS = ("bitext", "paraphrase")
 _LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}(_[a-z0-9]+)?$")
@@ -191,6 +194,8 @@ class LanguageSpec:
     training: Mapping[str, Any] = field(default_factory=dict)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
+    #: where each of ``training``'s values was set (``FILE [defaults.training]``, ...)
+    training_origins: Mapping[str, str] = field(default_factory=dict)
 
     def train_config(self, **overrides: Any) -> TrainConfig:
         """The :class:`psp_core.TrainConfig` for this language, with per-run ``overrides``."""
@@ -239,6 +244,7 @@ class MultiSpec:
     training: Mapping[str, Any] = field(default_factory=dict)
     promotion: PromotionSettings = field(default_factory=PromotionSettings)
     retrain: RetrainSettings = field(default_factory=RetrainSettings)
+    training_origins: Mapping[str, str] = field(default_factory=dict)
 
     def as_language(self) -> LanguageSpec:
         """A :class:`LanguageSpec` for the stages the multilingual model shares with the
@@ -252,6 +258,7 @@ class MultiSpec:
             training=self.training,
             promotion=self.promotion,
             retrain=self.retrain,
+            training_origins=self.training_origins,
         )
 
 
@@ -316,7 +323,9 @@ def _table(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _language(code: str, table: Any, defaults: Mapping, path: Path) -> LanguageSpec:
+def _language(
+    code: str, table: Any, defaults: Mapping, origins: Origins, path: Path
+) -> LanguageSpec:
     where = f"{path} [languages.{code}]"
     if not _LANGUAGE_CODE.match(code):
         raise RegistryError(f"{where}: {code!r} is not a language code (like de, zh or pt_br)")
@@ -399,18 +408,55 @@ def _language(code: str, table: Any, defaults: Mapping, path: Path) -> LanguageS
             {**defaults.get("retrain", {}), **own["retrain"]},
             f"{path} [languages.{code}.retrain]",
         ),
+        training_origins={
+            **origins.get("training", {}),
+            **dict.fromkeys(own["training"], f"{path} [languages.{code}.training]"),
+        },
     )
 
 
-def _defaults(data: Mapping[str, Any], path: Path) -> dict[str, Mapping[str, Any]]:
-    """The ``[defaults.*]`` tables, checked: their errors concern every language."""
-    defaults = _table(data.get("defaults", {}), f"{path} [defaults]")
-    unknown = set(defaults) - set(_SETTINGS_TABLES)
+Origins = dict[str, dict[str, str]]  # table -> key -> where its value was set
+
+
+def _inherited(data: Mapping[str, Any], path: Path, seen: frozenset[Path]) -> tuple[dict, Origins]:
+    """The ``[defaults]`` (and where each value was set) of the registry ``data`` inherits
+    (:data:`INHERIT_DEFAULTS`), recursively; empty when it inherits none."""
+    if INHERIT_DEFAULTS not in data:
+        return {}, {}
+    name = data[INHERIT_DEFAULTS]
+    if not isinstance(name, str) or not name:
+        raise RegistryError(f"{path}: {INHERIT_DEFAULTS} must be a registry file's path")
+    parent = path.parent / name
+    if parent.resolve() in seen:
+        raise RegistryError(f"{path}: {INHERIT_DEFAULTS} = {name!r} inherits from itself")
+    if not parent.is_file():
+        raise RegistryError(f"{path}: {INHERIT_DEFAULTS} = {name!r}: {parent} does not exist")
+    try:
+        parent_data = tomllib.loads(parent.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise RegistryError(
+            f"{parent} (inherited by {path}): not a readable registry ({err})"
+        ) from err
+    return _defaults(parent_data, parent, seen | {parent.resolve()})
+
+
+def _defaults(
+    data: Mapping[str, Any], path: Path, seen: frozenset[Path] = frozenset()
+) -> tuple[dict[str, Mapping[str, Any]], Origins]:
+    """The ``[defaults.*]`` tables, checked (their errors concern every language), over those
+    of the registry it inherits, and where each value was set."""
+    tables, origins = _inherited(data, path, seen | {path.resolve()})
+    own = _table(data.get("defaults", {}), f"{path} [defaults]")
+    unknown = set(own) - set(_SETTINGS_TABLES)
     if unknown:
         raise RegistryError(f"{path}: unknown [defaults] tables {sorted(unknown)}")
-    tables = {
-        name: _table(defaults.get(name, {}), f"{path} [defaults.{name}]") for name in defaults
-    }
+    for name in own:
+        values = _table(own.get(name, {}), f"{path} [defaults.{name}]")
+        tables[name] = {**tables.get(name, {}), **values}
+        origins[name] = {
+            **origins.get(name, {}),
+            **dict.fromkeys(values, f"{path} [defaults.{name}]"),
+        }
     for name, cls in (
         ("filters", FilterSettings),
         ("sentencepiece", SentencepieceSettings),
@@ -425,7 +471,7 @@ def _defaults(data: Mapping[str, Any], path: Path) -> dict[str, Mapping[str, Any
             f"{path} [defaults.training]: unknown keys {sorted(unknown_training)}; "
             f"TrainConfig has {sorted(train_fields)}"
         )
-    return tables
+    return tables, origins
 
 
 def parse_registry(text: str, path: Path) -> LanguageRegistry:
@@ -441,10 +487,10 @@ def parse_registry(text: str, path: Path) -> LanguageRegistry:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise RegistryError(f"{path}: not valid TOML ({err})") from err
-    unknown = set(data) - {"defaults", "languages", MULTI}
+    unknown = set(data) - {"defaults", "languages", MULTI, INHERIT_DEFAULTS}
     if unknown:
         raise RegistryError(f"{path}: unknown top-level tables {sorted(unknown)}")
-    defaults = _defaults(data, path)
+    defaults, origins = _defaults(data, path)
     tables = _table(data.get("languages", {}), f"{path} [languages]")
     if not tables:
         raise RegistryError(f"{path}: no [languages.X] tables; the pipeline needs at least one")
@@ -452,7 +498,7 @@ def parse_registry(text: str, path: Path) -> LanguageRegistry:
     errors: dict[str, str] = {}
     for code, table in tables.items():
         try:
-            languages[code] = _language(code, table, defaults, path)
+            languages[code] = _language(code, table, defaults, origins, path)
         except RegistryError as err:
             errors[code] = str(err)
         except (TypeError, ValueError, AttributeError) as err:  # a value of the wrong type
@@ -461,11 +507,13 @@ def parse_registry(text: str, path: Path) -> LanguageRegistry:
         raise RegistryError(
             f"{path}: no usable language; fix these tables:\n" + "\n".join(errors.values())
         )
-    multi = _multi(data.get(MULTI, {}), defaults, path, tuple(tables))
+    multi = _multi(data.get(MULTI, {}), defaults, origins, path, tuple(tables))
     return LanguageRegistry(languages, path, errors, tuple(tables), multi)
 
 
-def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) -> MultiSpec:
+def _multi(
+    table: Any, defaults: Mapping, origins: Origins, path: Path, codes: tuple[str, ...]
+) -> MultiSpec:
     """The ``[multi]`` table (the multilingual model); every key optional."""
     where = f"{path} [{MULTI}]"
     table = _table(table, where)
@@ -489,7 +537,8 @@ def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) ->
     pretokenizer = table.get("pretokenizer", "none")
     if pretokenizer not in PRETOKENIZERS:
         raise RegistryError(f"{where}: pretokenizer must be one of {PRETOKENIZERS}")
-    training = {**defaults.get("training", {}), **_table(table.get("training", {}), where)}
+    own_training = _table(table.get("training", {}), where)
+    training = {**defaults.get("training", {}), **own_training}
     try:
         TrainConfig(**training)
     except (TypeError, ValueError) as err:
@@ -510,7 +559,14 @@ def _multi(table: Any, defaults: Mapping, path: Path, codes: tuple[str, ...]) ->
     own.pop("init_from", None)  # (the multilingual model starts from no model)
     retrain = _settings(RetrainSettings, own, f"{where}.retrain")
     return MultiSpec(
-        tuple(languages), float(alpha), pretokenizer, sentencepiece, training, promotion, retrain
+        tuple(languages),
+        float(alpha),
+        pretokenizer,
+        sentencepiece,
+        training,
+        promotion,
+        retrain,
+        {**origins.get("training", {}), **dict.fromkeys(own_training, f"{where}.training")},
     )
 
 

@@ -98,6 +98,15 @@ class ProfileResource(ConfigurableResource):
         f"whole language job: {profile_summary()}.",
     )
 
+    @property
+    def label(self) -> str:
+        """The profile's name as a user writes it (``demo``)."""
+        return Profile(self.name).value
+
+    def values(self, asset: str) -> dict[str, Any]:
+        """What the profile sets of ``asset``'s config."""
+        return dict(PROFILE_SETTINGS[Profile(self.name)].get(asset, {}))
+
     def settings(self, asset: str, explicit: dict[str, Any]) -> dict[str, Any]:
         """``asset``'s config values: the profile's, overridden by the run's ``explicit`` ones
         (fields left unset, i.e. None, are not explicit)."""

@@ -5,7 +5,7 @@ incremental retrain (:mod:`assets.stages.retrain_plan`) starts from its parent v
 import json
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from assets.lifecycle.plots import LossCurve, chart_markdown
 from assets.settings.config import TrainingConfig
 from assets.settings.languages import LanguageSpec
 from assets.settings.resources import ComputeResource, EvaluationDataResource, StorageResource
+from assets.settings.training_settings import merge_training_settings
 from assets.stages.retrain_plan import current_plan, is_incremental, starting_version
 from ops.pairs.pair_lineage import reference_sentences, vocabulary_fit
 from psp_core.evaluation import StsEvaluator
@@ -154,6 +155,8 @@ class ModelTraining:
     data: Manifest
     train_config: TrainConfig
     settings: dict
+    #: where each of ``settings`` was set (assets/settings/training_settings.py)
+    settings_from: dict
     key: str
     selection: str | None
     dev_evaluator: object | None
@@ -312,6 +315,7 @@ class ModelTraining:
             "dim": bundle_config["dim"],
             "vocab_size": bundle_config["vocab_size"],
             "settings": self.settings,
+            "settings_from": self.settings_from,
             "seconds": round(seconds, 3),
             "training_window": window,
             # mean loss per window of steps (of this run's steps: a resumed run starts later)
@@ -328,19 +332,23 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
     compute, eval_data = run.resource("compute"), run.resource("eval_data")
     spm = run.upstream("sentencepiece_model")
     data = run.upstream("training_data")
-    train_config: TrainConfig = spec.train_config(
-        **run.resource("profile").settings(profile_asset, config.overrides()),
-        device=compute.device,
-        num_threads=compute.threads,
-    )
     retrain = current_plan(run)
     start = starting_version(retrain, spec.code)
     parent = None if start is None else model_registry(storage, start[0]).version(start[1])
-    if is_incremental(retrain) and config.lr is None:  # (the registry's scale of the rate)
-        train_config = replace(train_config, lr=train_config.lr * spec.retrain.lr_scale)
+    profile = run.resource("profile")
+    merged = merge_training_settings(
+        spec.training,
+        spec.training_origins,
+        (profile.label, profile.values(profile_asset)),
+        {name: value for name, value in config.overrides().items() if value is not None},
+        {"device": compute.device, "num_threads": compute.threads},
+        spec.retrain.lr_scale if is_incremental(retrain) else None,
+    )
+    train_config = merged.config
     dev = dev_pairs(storage, spec.code)  # the dev suite's pairs of its language(s)
     selection, dev_evaluator = _model_selection(context, config, eval_data.path(), dev)
     settings = train_config.stage_settings(leave_out=_NOT_IN_FINGERPRINT)
+    settings_from = {name: merged.origins[name] for name in settings}
     key = {
         "stage": stage.name,
         # this stage's code version also for the multilingual model (whose asset has its own)
@@ -361,6 +369,7 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
         data,
         train_config,
         settings,
+        settings_from,
         fingerprint(**key),
         selection,
         dev_evaluator,
@@ -496,7 +505,7 @@ def training_metadata(record: ModelRecord) -> dict[str, MetadataValue]:
             round(float(history[-1]["pairs_per_second"] or 0.0), 1) if history else 0.0
         ),
         "seconds": MetadataValue.float(round(float(record.seconds or 0.0), 1)),
-        "settings": settings_table(record.settings),
+        "settings": settings_table(record.settings, record.settings_from),
     }
     window = record.training_window
     if window:

@@ -201,6 +201,9 @@ def assert_continues(parent, version) -> None:
     first = json.loads((parent.bundle / "config.json").read_text())["training"]
     scale = RetrainSettings().lr_scale
     assert training["config"]["lr"] == pytest.approx(first["config"]["lr"] * scale)
+    # the version says where its rate came from: the profile's, scaled for the retrain
+    lr_from = version.info["record"]["settings_from"]["lr"]
+    assert lr_from.startswith("profile smoke") and f"x {scale} ([retrain] lr_scale" in lr_from
 
 
 def drop_greek(root: Path) -> None:
