@@ -22,7 +22,25 @@ def how_to_sections() -> dict[str, str]:
 
 
 def test_the_guide_has_the_how_to_lists() -> None:
-    assert "Adding an evaluation suite" in how_to_sections()
+    assert set(how_to_sections()) == {
+        "Adding a stage",
+        "Adding a language",
+        "Adding a setting",
+        "Adding an evaluation suite",
+    }
+
+
+def test_the_stage_list_names_the_factorys_parameters() -> None:
+    from inspect import signature
+
+    from assets.framework.stage_asset import stage_asset
+
+    text = how_to_sections()["Adding a stage"]
+    for parameter in ("inputs", "also_reads", "plan", "report"):
+        assert f"`{parameter}" in text and parameter in signature(stage_asset).parameters
+    from pipelines.definitions import ASSET_MODULES
+
+    assert "ASSET_MODULES" in text and ASSET_MODULES
 
 
 @pytest.mark.parametrize("title", sorted(how_to_sections()))

@@ -85,6 +85,33 @@ class Plan:
     shows: Mapping[str, Any] = field(default_factory=dict)
 
 
+class StageInputs:
+    """The finished upstream stages a stage declared (``stage_asset``'s ``inputs`` and
+    ``also_reads``), each an attribute named after the stage (its directory): ``run.inputs.
+    sentencepiece_model``, read once per run. A name the stage did not declare is an error
+    naming those it did, so the declaration is the one place a stage's inputs are listed.
+
+    Reading one raises :class:`~assets.framework.stage.StageInputMissing` when it has no complete
+    output.
+    """
+
+    def __init__(self, stage: Stage, declared: Collection[str]) -> None:
+        self._stage, self._declared = stage, frozenset(declared)
+        self._read: dict[str, Manifest] = {}
+
+    def __getattr__(self, name: str) -> Manifest:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._declared:
+            raise AttributeError(
+                f"stage {self._stage.name} declares no input {name!r} (it declares "
+                f"{sorted(self._declared) or 'none'}: stage_asset's inputs or also_reads)"
+            )
+        if name not in self._read:
+            self._read[name] = self._stage.upstream(name)
+        return self._read[name]
+
+
 @dataclass(frozen=True)
 class StageRun:
     """One materialization of a stage as its plan and report see it."""
@@ -93,7 +120,11 @@ class StageRun:
     spec: LanguageSpec
     config: Any
     stage: Stage
-    _read: dict[str, Manifest] = field(default_factory=dict, init=False, repr=False)
+    declared_inputs: Collection[str] = ()
+    inputs: StageInputs = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", StageInputs(self.stage, self.declared_inputs))
 
     @property
     def storage(self) -> StorageResource:
@@ -102,16 +133,6 @@ class StageRun:
     def resource(self, key: str) -> Any:
         """The run's resource ``key`` (one the asset declared in ``resources``)."""
         return getattr(self.context.resources, key)
-
-    def upstream(self, name: str) -> Manifest:
-        """The finished stage ``name`` of this language, read once per run.
-
-        Raises:
-            StageInputMissing: it has no complete output.
-        """
-        if name not in self._read:
-            self._read[name] = self.stage.upstream(name)
-        return self._read[name]
 
 
 def partition_language(context: AssetExecutionContext) -> LanguageSpec:
@@ -128,7 +149,10 @@ def stage_asset(
     kinds: Collection[str],
     plan: Callable[[StageRun], Plan],
     report: Callable[[StageRun, Plan, Manifest], Report],
-    upstream: Sequence[str | AssetDep] = (),
+    inputs: Sequence[str] = (),
+    input_assets: Mapping[str, str | AssetDep] | None = None,
+    also_reads: Sequence[str] = (),
+    reads_across_partitions: Sequence[AssetDep] = (),
     checks: Sequence[CheckSpec] = (),
     resources: Collection[str] = (),
     stage: str | None = None,
@@ -141,6 +165,14 @@ def stage_asset(
 ) -> AssetsDefinition:
     """The asset ``name``: the stage ``stage`` (its directory, default ``name``) of the language
     ``spec(context)``, computed by ``plan`` and shown by ``report``.
+
+    ``inputs`` are the upstream stages it reads (their directory names: ``run.inputs.<name>``
+    in the plan and report), given to Dagster as its dependencies: the asset of the same name,
+    or ``input_assets[name]`` (the multilingual chain's ``multi_*`` assets, a partition
+    mapping); ``also_reads`` the stages further upstream its report reads too (already upstream
+    through its inputs: not dependencies of their own); ``reads_across_partitions`` the
+    dependencies whose partitions the plan reads itself (every language's, for the
+    multilingual model's pairs).
 
     ``resources`` are the resource keys the plan and report read (:meth:`StageRun.resource`)
     besides ``storage``, which every stage has;
@@ -159,7 +191,7 @@ def stage_asset(
     def _materialize(context: AssetExecutionContext, settings: Any) -> MaterializeResult:
         language = spec(context)
         stage_of_run = Stage(context.resources.storage, language.code, directory)
-        run = StageRun(context, language, settings, stage_of_run)
+        run = StageRun(context, language, settings, stage_of_run, (*inputs, *also_reads))
         planned = plan(run)
         key = fingerprint(**({"stage": directory, "code": code_version} | dict(planned.key)))
         with ExitStack() as logging_to_dagster:  # the stage's progress lines
@@ -182,7 +214,8 @@ def stage_asset(
         group_name=group,
         owners=OWNERS,
         code_version=code_version,
-        deps=list(upstream) or None,
+        deps=[*((input_assets or {}).get(role, role) for role in inputs), *reads_across_partitions]
+        or None,
         kinds=set(kinds),
         check_specs=[
             AssetCheckSpec(c.name, asset=name, blocking=c.blocking, description=c.description)

@@ -46,7 +46,7 @@ def _merge(record: dict, later: StageReport) -> dict:
 
 def plan(run: StageRun) -> Plan:
     """The registry's corpus caps and pre-tokenizer, the caps' seed."""
-    upstream = run.upstream("length_filtered_pairs")
+    upstream = run.inputs.length_filtered_pairs
     spec, stage = run.spec, run.stage
     caps = {corpus.name: corpus.cap for corpus in spec.corpora if corpus.cap is not None}
     segment = spec.pretokenizer != "none"
@@ -100,12 +100,12 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     capped, each corpus's lines read, pairs passing, cap and pairs kept."""
     record = read_record(manifest, DeduplicatedRecord)
     metadata = report_metadata(manifest, record, "pairs")
-    funnel = [(name, read_record(run.upstream(name), PairCounts)) for name in FUNNEL_STAGES]
+    funnel = [(name, read_record(getattr(run.inputs, name), PairCounts)) for name in FUNNEL_STAGES]
     funnel.append((run.stage.name, record))
     metadata["pipeline_funnel"] = pipeline_funnel_table(funnel)
     metadata["pretokenizer"] = MetadataValue.text(run.spec.pretokenizer)
     if record.caps is not None:
-        raw = read_record(run.upstream("raw_pairs"), RawPairsRecord)
+        raw = read_record(run.inputs.raw_pairs, RawPairsRecord)
         metadata["corpora"] = corpora_table(raw.lines_read(), record.corpus_caps())
     return Report(metadata, [Check(CHECK, record.n_out > 0, {"pairs_out": record.n_out})])
 
@@ -115,7 +115,8 @@ deduplicated_pairs = stage_asset(
     description="Lowercase and drop repeated pairs, cap corpora (seeded samples); segment Chinese.",
     code_version=CODE_VERSION,
     config=StageConfig,
-    upstream=["length_filtered_pairs"],
+    inputs=("length_filtered_pairs",),
+    also_reads=FUNNEL_STAGES,  # (the report's funnel, raw_pairs' corpora)
     kinds={"parquet"},
     resources=("compute",),
     checks=[

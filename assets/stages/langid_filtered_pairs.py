@@ -17,7 +17,7 @@ CHECK = "langid_pass_rate_in_range"
 
 def plan(run: StageRun) -> Plan:
     """The registry's rule for the language's kind, or the run config's ``threshold`` rule."""
-    upstream = run.upstream("raw_pairs")
+    upstream = run.inputs.raw_pairs
     langid = run.resource("langid")
     if run.config.threshold is not None:
         rule = LanguageRule("threshold", threshold=run.config.threshold)
@@ -71,7 +71,7 @@ langid_filtered_pairs = stage_asset(
     """,
     code_version=CODE_VERSION,
     config=LanguageIdConfig,
-    upstream=["raw_pairs"],
+    inputs=("raw_pairs",),
     kinds={"parquet"},
     resources=("langid", "compute"),
     checks=[

@@ -16,7 +16,7 @@ CHECK = "length_filtered_pairs_not_empty"
 
 def plan(run: StageRun) -> Plan:
     """The registry's thresholds for the language's kind."""
-    upstream = run.upstream("langid_filtered_pairs")
+    upstream = run.inputs.langid_filtered_pairs
     kind, thresholds = run.spec.kind, run.spec.filters.filter_config()
 
     def compute() -> tuple[dict, dict]:
@@ -41,7 +41,7 @@ length_filtered_pairs = stage_asset(
     description="Apply the length (and, for paraphrases, score and trigram-overlap) filters.",
     code_version=CODE_VERSION,
     config=StageConfig,
-    upstream=["langid_filtered_pairs"],
+    inputs=("langid_filtered_pairs",),
     kinds={"parquet"},
     checks=[
         CheckSpec(

@@ -158,7 +158,7 @@ model_evaluation = stage_asset(
     suites for the language (`psp_core.evaluation.plan_for_language`).""",
     code_version=CODE_VERSION,
     config=EvaluationConfig,
-    upstream=["psp_model"],
+    inputs=("psp_model",),
     kinds={"json"},
     resources=("eval_data", "profile"),
     group=MODEL_GROUP,

@@ -158,13 +158,26 @@ def pairs_report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     return Report(metadata, [check])
 
 
+#: the multilingual chain's assets by the stage each writes (its directory under multi/): the
+#: shared stages' plans read their inputs by those names
+MULTI_ASSETS = {
+    "deduplicated_pairs": "multi_pairs",
+    "retrain_plan": "multi_retrain_plan",
+    "sentencepiece_model": "multi_sentencepiece_model",
+    "training_data": "multi_training_data",
+    "psp_model": "multi_psp_model",
+}
+
+
 multi_pairs = stage_asset(
     name="multi_pairs",
     description="""Every `[multi]` language's deduplicated pairs, temperature-sampled into one file with
     each pair's language, pre-tokenized with the multilingual pre-tokenizer.""",
     code_version=CODE_VERSION,
     config=MultiPairsConfig,
-    upstream=[AssetDep("deduplicated_pairs", partition_mapping=AllPartitionMapping())],
+    reads_across_partitions=[
+        AssetDep("deduplicated_pairs", partition_mapping=AllPartitionMapping())
+    ],
     kinds={"parquet"},
     checks=[
         CheckSpec(
@@ -186,7 +199,8 @@ multi_retrain_plan = stage_asset(
     "promoted version, or full) and why; select an incremental retrain's new and replayed pairs.",
     code_version=retrain_plan.CODE_VERSION,
     config=RetrainConfig,
-    upstream=["multi_pairs"],
+    inputs=("deduplicated_pairs",),
+    input_assets=MULTI_ASSETS,
     kinds={"parquet"},
     stage="retrain_plan",
     spec=multi_language,
@@ -202,7 +216,8 @@ multi_sentencepiece_model = stage_asset(
     the temperature-sampled pairs.""",
     code_version=sentencepiece_model.CODE_VERSION,
     config=SentencepieceConfig,
-    upstream=["multi_pairs", "multi_retrain_plan"],
+    inputs=("deduplicated_pairs", "retrain_plan"),
+    input_assets=MULTI_ASSETS,
     kinds={"sentencepiece"},
     resources=("compute", "profile"),
     stage="sentencepiece_model",
@@ -219,7 +234,7 @@ def training_data_plan(run: StageRun) -> Plan:
     mining group), the bundle's summary saying how the languages were sampled."""
     registry = load_registry()
     codes = registry.multi_languages()
-    sampled = read_record(run.upstream("deduplicated_pairs"), MultiPairsRecord)
+    sampled = read_record(run.inputs.deduplicated_pairs, MultiPairsRecord)
     return training_data.plan(
         run,
         groups=codes,
@@ -238,7 +253,8 @@ multi_training_data = stage_asset(
     description="Shuffle, encode and pack the pairs, each with its language (its mining group).",
     code_version=training_data.CODE_VERSION,
     config=TrainingDataConfig,
-    upstream=["multi_pairs", "multi_retrain_plan", "multi_sentencepiece_model"],
+    inputs=("deduplicated_pairs", "retrain_plan", "sentencepiece_model"),
+    input_assets=MULTI_ASSETS,
     kinds={"hdf5"},
     resources=("compute",),
     checks=[
@@ -263,7 +279,9 @@ multi_psp_model = stage_asset(
     language (each pair by its kind's rule).""",
     code_version="1",
     config=MultiTrainingConfig,
-    upstream=["multi_retrain_plan", "multi_sentencepiece_model", "multi_training_data"],
+    inputs=("retrain_plan", "sentencepiece_model", "training_data"),
+    input_assets=MULTI_ASSETS,
+    also_reads=("deduplicated_pairs",),  # (whether the retrain plan is today's)
     kinds={"pytorch"},
     resources=("compute", "eval_data", "profile"),
     checks=[
@@ -301,7 +319,8 @@ multi_evaluation = stage_asset(
     each language's retrieval set), the English suites, and speed.""",
     code_version="1",
     config=EvaluationConfig,
-    upstream=["multi_psp_model"],
+    inputs=("psp_model",),
+    input_assets=MULTI_ASSETS,
     kinds={"json"},
     resources=("eval_data", "profile"),
     stage="model_evaluation",

@@ -330,8 +330,8 @@ def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dic
     context, spec, config, stage = run.context, run.spec, run.config, run.stage
     storage = run.storage
     compute, eval_data = run.resource("compute"), run.resource("eval_data")
-    spm = run.upstream("sentencepiece_model")
-    data = run.upstream("training_data")
+    spm = run.inputs.sentencepiece_model
+    data = run.inputs.training_data
     retrain = current_plan(run)
     start = starting_version(retrain, spec.code)
     parent = None if start is None else model_registry(storage, start[0]).version(start[1])
@@ -463,7 +463,8 @@ psp_model = stage_asset(
     lines (resuming, loss and pairs/s) go to the run's log.""",
     code_version=CODE_VERSION,
     config=TrainingConfig,
-    upstream=["retrain_plan", "sentencepiece_model", "training_data"],
+    inputs=("retrain_plan", "sentencepiece_model", "training_data"),
+    also_reads=("deduplicated_pairs",),  # (whether the retrain plan is today's)
     kinds={"pytorch"},
     resources=("compute", "eval_data", "profile"),
     checks=[

@@ -131,7 +131,7 @@ def plan(run: StageRun) -> Plan:
     setting = run.config.retrain
     if setting not in SETTINGS:
         raise Failure(f"retrain_plan: retrain must be one of {list(SETTINGS)}, got {setting!r}")
-    pairs = run.upstream("deduplicated_pairs")
+    pairs = run.inputs.deduplicated_pairs
     registry = model_registry(run.storage, run.spec.code)
     candidate = candidate_parent(registry, pairs.fingerprint)
     settings = run.spec.retrain.plan_settings()
@@ -261,10 +261,10 @@ def current_plan(run: StageRun) -> Manifest | None:
     """The language's retrain plan if it was made for today's deduplicated pairs; None where
     there is none (the multilingual chain, a stage materialized without it): a full retrain."""
     try:
-        planned = run.upstream("retrain_plan")
+        planned = run.inputs.retrain_plan
     except StageInputMissing:
         return None
-    if planned.record.get("upstream") != run.upstream("deduplicated_pairs").fingerprint:
+    if planned.record.get("upstream") != run.inputs.deduplicated_pairs.fingerprint:
         return None
     return planned
 
@@ -328,7 +328,7 @@ retrain_plan = stage_asset(
     "version, or full) and why; select an incremental retrain's new and replayed pairs.",
     code_version=CODE_VERSION,
     config=RetrainConfig,
-    upstream=["deduplicated_pairs"],
+    inputs=("deduplicated_pairs",),
     kinds={"parquet"},
     loggers=("ops",),
     plan=plan,

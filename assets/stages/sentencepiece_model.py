@@ -25,7 +25,7 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
     """The vocabulary's settings: the spec's, then the profile's ``profile_asset`` entry, then
     the run config's, each over the one before (the multilingual model's vocabulary takes
     ``profile_asset="multi_sentencepiece_model"``)."""
-    upstream = run.upstream("deduplicated_pairs")
+    upstream = run.inputs.deduplicated_pairs
     settings = asdict(run.spec.sentencepiece)
     explicit = {
         "vocab_size": run.config.vocab_size,
@@ -98,7 +98,7 @@ sentencepiece_model = stage_asset(
     "10M sample).",
     code_version=CODE_VERSION,
     config=SentencepieceConfig,
-    upstream=["deduplicated_pairs", "retrain_plan"],
+    inputs=("deduplicated_pairs", "retrain_plan"),
     kinds={"sentencepiece"},
     resources=("compute", "profile"),
     # ops' log lines (the sample size, a vocabulary raised to fit the script) in the run's log

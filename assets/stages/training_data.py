@@ -19,6 +19,7 @@ from assets.framework.records import (
 from assets.framework.stage import Manifest
 from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
 from assets.settings.config import TrainingDataConfig
+from assets.stages.deduplicated_pairs import FUNNEL_STAGES
 from assets.stages.retrain_plan import current_plan, is_incremental
 from ops.heap_release import release_free_memory
 from ops.pairs.shuffle import shuffled_batches
@@ -28,7 +29,6 @@ from ops.training_data.encoding import encode_and_pack, packing_tokenizer
 CODE_VERSION = "1"
 CHECK = "training_data_has_no_empty_sentences"
 #: the language's own chain before deduplicated_pairs, in its funnel
-FUNNEL_STAGES = ("raw_pairs", "langid_filtered_pairs", "length_filtered_pairs")
 _OFFSET_CHUNK = 1 << 20
 
 
@@ -55,8 +55,8 @@ def plan(
     """The shuffle's seed and the language's kind; ``groups``/``group_kinds``: a file of several
     languages (the multilingual model), each pair's group from its ``lang`` column, and
     ``description`` what the bundle's training summary says of them."""
-    pairs = run.upstream("deduplicated_pairs")
-    spm = run.upstream("sentencepiece_model")
+    pairs = run.inputs.deduplicated_pairs
+    spm = run.inputs.sentencepiece_model
     spec, stage, seed = run.spec, run.stage, run.config.seed
     compute_resource = run.resource("compute")
     source, n_pairs = pairs.output("pairs"), read_record(pairs, PairCounts).n_out
@@ -112,13 +112,13 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     record = read_record(manifest, TrainingDataRecord)
     metadata = report_metadata(manifest, record, "data")
     metadata["n_pairs"] = MetadataValue.int(n_pairs)
-    spm = read_record(run.upstream("sentencepiece_model"), SentencepieceRecord)
+    spm = read_record(run.inputs.sentencepiece_model, SentencepieceRecord)
     metadata["vocab_size"] = MetadataValue.int(spm.vocab_size)
     # the multilingual model's pairs come from every language's chain: no one chain's funnel
     earlier = () if plan.shows["several_languages"] else FUNNEL_STAGES
-    funnel = [(name, read_record(run.upstream(name), PairCounts)) for name in earlier]
+    funnel = [(name, read_record(getattr(run.inputs, name), PairCounts)) for name in earlier]
     funnel += [
-        ("deduplicated_pairs", read_record(run.upstream("deduplicated_pairs"), PairCounts)),
+        ("deduplicated_pairs", read_record(run.inputs.deduplicated_pairs, PairCounts)),
         ("training_data", record),
     ]
     metadata["pipeline_funnel"] = pipeline_funnel_table(funnel)
@@ -131,7 +131,8 @@ training_data = stage_asset(
     description="Shuffle (seeded, bounded memory), encode and pack the pairs for training.",
     code_version=CODE_VERSION,
     config=TrainingDataConfig,
-    upstream=["deduplicated_pairs", "retrain_plan", "sentencepiece_model"],
+    inputs=("deduplicated_pairs", "retrain_plan", "sentencepiece_model"),
+    also_reads=FUNNEL_STAGES,  # (the report's funnel)
     kinds={"hdf5"},
     resources=("compute",),
     checks=[

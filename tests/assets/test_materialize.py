@@ -125,7 +125,7 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert trained["last_epoch_mean_loss"] == round(trained["last_epoch_mean_loss"], 4)
     assert trained["training_ended"] >= trained["training_started"] > 1.7e9  # timestamps
     assert "model_path" not in trained and "lr" in column(trained["settings"], "name")
-    origins = dict(zip(column(trained["settings"], "name"), column(trained["settings"], "from")))
+    origins = {row["name"]: row["from"] for row in trained["settings"]}
     assert origins["dim"] == "profile smoke" and origins["margin"].endswith("[defaults.training]")
     assert trained["last_epoch_mean_loss"] > 0
     model = load_model(root / "de" / "psp_model" / "model")
