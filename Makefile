@@ -44,6 +44,8 @@ RUN_ENV = DAGSTER_HOME=$(DAGSTER_HOME) PSP_LANGUAGES=$(REGISTRY) PSP_PROFILE=$(P
 # PARTITION=multi: the multilingual model (docs/multilingual.md): each of its
 # languages' pairs first (reused when up to date), then psp_multi_job
 run: $(STAMP)
+	@$(RUN_ENV) $(PY) -m pipelines.preflight --partition "$(PARTITION)" --profile "$(PROFILE)" \
+		--config "$(CONFIG)" --registry "$(REGISTRY)"
 	mkdir -p $(DAGSTER_HOME) && cp configs/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 ifeq ($(PARTITION),multi)
 	$(RUN_ENV) $(PY) scripts/prepare_multi.py
