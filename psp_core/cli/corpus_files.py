@@ -10,6 +10,8 @@ silently dropped or shifted, since rows are matched to inputs by position.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,8 @@ import pyarrow.parquet as pq
 from psp_core.tokenization.tokenizer import MAX_SENTENCE_CHARS
 
 INPUT_FORMATS = ("text", "jsonl", "parquet")
+#: half of a UTF-16 surrogate pair alone (JSON's \ud800 escapes): not a character
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 #: the field (JSON Lines) or column (Parquet) that holds the text when none is named
 DEFAULT_TEXT_FIELD = "text"
@@ -176,12 +180,26 @@ class Corpus:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise CorpusError(f"{self.name}:{number}: not JSON ({error.msg})") from error
+            except RecursionError:
+                raise CorpusError(
+                    f"{self.name}:{number}: JSON nested deeper than {sys.getrecursionlimit():,} "
+                    "levels, more than Python reads; a record is an object whose text field is "
+                    "a string"
+                ) from None
             if not isinstance(record, dict):
                 raise CorpusError(
                     f"{self.name}:{number}: a JSON {type(record).__name__}, expected an object "
                     f'with a "{self.field}" field'
                 )
-            yield self._text_of(record, number), self._id_of(record, number)
+            text = self._text_of(record, number)
+            lone = "\\u" in line and _SURROGATE.search(text)  # (only an escape makes one)
+            if lone:
+                raise CorpusError(
+                    f'{self.name}:{number}: field "{self.field}" holds a lone surrogate '
+                    f"(\\u{ord(lone.group()):04x} at character {lone.start()}), which is not "
+                    "text: an escape of half a UTF-16 pair; fix or drop the record"
+                )
+            yield text, self._id_of(record, number)
 
     def _text_of(self, record: dict, number: int) -> str:
         if self.field not in record:
@@ -222,6 +240,8 @@ class Corpus:
                     "name it with --field or --id-field"
                 )
         kind = schema.field(self.field).type
+        if pa.types.is_dictionary(kind):  # (pandas' category columns): read as their strings
+            kind = kind.value_type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
             raise CorpusError(
                 f'{self.name}: column "{self.field}" holds {kind}, expected strings; name the '
@@ -236,6 +256,8 @@ class Corpus:
         parquet = pq.ParquetFile(self.path, pre_buffer=False)
         for record_batch in parquet.iter_batches(size, columns=columns):
             texts = record_batch.column(0)
+            if pa.types.is_dictionary(texts.type):
+                texts = texts.dictionary_decode()
             if texts.null_count:
                 row = first_row + int(np.flatnonzero(texts.is_null().to_numpy(False))[0])
                 raise CorpusError(f'{self.name}: row {row} of column "{self.field}" is null')

@@ -23,10 +23,12 @@ from psp_core.cli.corpus_files import (
 )
 from psp_core.cli.errors import CliError, require_file
 from psp_core.cli.vector_writers import (
+    OUTPUT_FORMATS,
     IdTypeError,
     WriteBehind,
     is_parquet_output,
     open_vector_writer,
+    output_format,
 )
 from psp_core.files.output_dirs import work_directory_beside
 from psp_core.files.output_files import OutputError, check_output_file, replaced_when_done
@@ -81,7 +83,13 @@ def add_embed_parser(commands) -> None:
         "--output-file",
         required=True,
         help="a .npy file (float32 [n, dim]), or .parquet (an id column and 'embedding'); "
-        "- writes the .npy array to standard output, a device or FIFO is written into",
+        "- writes the .npy array to standard output, a device or FIFO is written into; a name "
+        "with another suffix needs --output-format",
+    )
+    embed.add_argument(
+        "--output-format",
+        choices=OUTPUT_FORMATS,
+        help="npy or parquet, whatever the output's name (default: from its suffix; none: npy)",
     )
     embed.add_argument("--batch-size", type=int, default=EMBED_BATCH_SIZE)
     embed.add_argument("--normalize", action="store_true", help="unit-length vectors")
@@ -165,13 +173,14 @@ def _spool_error(spooled: Path, error: OSError) -> OutputError:
 def _check_corpus_arguments(
     args: argparse.Namespace, input_format: str, output: OutputTarget
 ) -> None:
+    output_format(output, args.output_format)  # (a name psp would write the wrong bytes under)
     if input_format == "text" and (args.field or args.id_field):
         option = "--field" if args.field else "--id-field"
         raise CliError(
             f"{option} names a field of JSON Lines or Parquet input; this input is read as "
             "text, one sentence per line (name its format with --input-format)"
         )
-    if args.id_field and not is_parquet_output(output):
+    if args.id_field and not is_parquet_output(output, args.output_format):
         raise CliError(
             "--id-field copies ids into a Parquet output: give an --output-file ending in .parquet"
         )
@@ -195,7 +204,9 @@ def _embed_corpus(model, corpus: Corpus, output: OutputTarget, dim: int, args) -
     buffers = [page_aligned_float32((min(count, chunk), model.dim)) for _ in "ab"]
     try:
         with replaced_when_done(output) as handle, progress:
-            writer = open_vector_writer(handle, output, count, dim, args.id_field)
+            writer = open_vector_writer(
+                handle, output, count, dim, args.id_field, args.output_format
+            )
             with writer, WriteBehind(writer) as behind:
                 for index, batch in enumerate(corpus.batches(chunk)):
                     vectors = model.embed(

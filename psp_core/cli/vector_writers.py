@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from psp_core.cli.corpus_files import CorpusError
+from psp_core.cli.errors import CliError
 from psp_core.files.direct_writes import DirectNpyWriter
 from psp_core.files.output_files import NpyWriter, reserve_space
 from psp_core.files.output_targets import OutputTarget
@@ -27,18 +28,51 @@ ROW_COLUMN = "row"
 VECTOR_COLUMN = "embedding"
 
 
-def is_parquet_output(path: str | Path) -> bool:
-    return Path(path).suffix.lower() in (".parquet", ".pq")
+OUTPUT_FORMATS = ("npy", "parquet")
+_SUFFIXES = {"": "npy", ".npy": "npy", ".parquet": "parquet", ".pq": "parquet"}
+
+
+class OutputFormatError(CliError):
+    """An output name whose suffix names a format ``psp embed`` does not write."""
+
+
+def output_format(path: str | Path, asked: str | None = None) -> str:
+    """``npy`` or ``parquet``: ``asked`` (``--output-format``), else the name's suffix (none:
+    ``npy``, as for standard output or a FIFO). Any other suffix is refused, so that a file named
+    ``.csv`` never holds ``.npy`` bytes.
+
+    Raises:
+        OutputFormatError: a suffix psp does not write, and no ``asked``.
+    """
+    if asked is not None:
+        return asked
+    suffix = Path(str(path)).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise OutputFormatError(
+            f"--output-file {path} ends in {suffix}, a format psp embed does not write: name "
+            "it .npy (float32 [n, dim]) or .parquet (ids and vectors), or give --output-format "
+            "npy|parquet to write that format under this name"
+        )
+    return _SUFFIXES[suffix]
+
+
+def is_parquet_output(path: str | Path, asked: str | None = None) -> bool:
+    return output_format(path, asked) == "parquet"
 
 
 def open_vector_writer(
-    handle: IO[bytes], output: OutputTarget, count: int, dim: int, id_field: str | None
+    handle: IO[bytes],
+    output: OutputTarget,
+    count: int,
+    dim: int,
+    id_field: str | None,
+    asked_format: str | None = None,
 ) -> NpyWriter | ParquetVectorWriter:
     """The writer of ``count`` vectors of ``dim`` for ``output`` (Parquet by the suffix of the
     name given, else ``.npy``) on ``handle``. Into a file, space is reserved first, so a full
     disk fails here, and ``.npy`` rows are written past the page cache where they can; into a
     stream (``output.streamed``) every byte is appended in order."""
-    if is_parquet_output(output):
+    if is_parquet_output(output, asked_format):
         return ParquetVectorWriter(handle, count, dim, id_field, reserve=not output.streamed)
     if output.streamed:
         return NpyWriter(handle, (count, dim), reserve=False)
@@ -153,6 +187,14 @@ class ParquetVectorWriter:
             array = ids if isinstance(ids, pa.Array) else pa.array(ids)
             if column_type is not None and array.type != column_type:
                 array = array.cast(column_type)
+        except OverflowError as error:  # an integer id beyond 64 bits
+            index = next((i for i, v in enumerate(ids) if _beyond_64_bits(v)), 0)
+            raise IdTypeError(
+                self.rows + index,
+                f'id field "{self.id_column}" is {_described(ids[index])}, an integer beyond '
+                "64 bits, which Parquet cannot hold as a number; write it as a string in the "
+                'JSON ("12345...") to keep it as text',
+            ) from error
         except pa.ArrowException as error:  # a value or a type that does not convert
             index, column_type = _first_misfit(ids, column_type)
             before = f", where the ids before it are {column_type}" if column_type else ""
@@ -208,6 +250,10 @@ def _first_misfit(
         if value is not None and pa.array([value]).type != column_type:
             return index, column_type
     return 0, column_type
+
+
+def _beyond_64_bits(value) -> bool:
+    return type(value) is int and not -(2**63) <= value < 2**64
 
 
 def _described(value) -> str:
