@@ -11,6 +11,7 @@ a link's target is replaced: :func:`psp_core.files.output_targets.resolve_output
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -23,7 +24,7 @@ from psp_core.bitext_mining.search import DEFAULT_BLOCK_SIZE
 from psp_core.files.output_dirs import work_directory_beside
 from psp_core.files.output_files import NpyWriter, replaced_when_done, write_error
 from psp_core.files.output_targets import OutputTarget, resolve_output
-from psp_core.inference.model import PSPModel
+from psp_core.inference.model import EmptySentenceWarning, PSPModel, collecting_empty_sentences
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +86,28 @@ def embed_to_memmap(model: PSPModel, lines: LineFile, path: Path, batch_size: in
     The file is written with plain writes after reserving its size (a memory map written on a
     full disk dies of SIGBUS); a full disk is an :class:`~psp_core.files.output_files.OutputError`.
     """
+    empty: list[np.ndarray] = []  # the lines with nothing to embed, by their index in the file
     try:
         with open(path, "wb") as handle:
             writer = NpyWriter(handle, (len(lines), model.dim))
-            iterator = iter(lines)
+            iterator, start = iter(lines), 0
             while chunk := list(islice(iterator, EMBED_CHUNK_LINES)):
-                writer.write(model.embed(chunk, batch_size=batch_size, normalize=True))
+                found: list[EmptySentenceWarning] = []
+                with collecting_empty_sentences(found):
+                    vectors = model.embed(chunk, batch_size=batch_size, normalize=True)
+                writer.write(vectors)
+                empty += [warning.indices + start for warning in found]
+                start += len(chunk)
             writer.close()
     except OSError as error:
         raise write_error(path, error) from error
+    if empty:  # one warning for the file
+        indices = np.concatenate(empty)
+        message = (
+            f"{len(indices)} of {len(lines)} lines of {lines.path} have nothing to embed "
+            f"(first: line {indices[0] + 1}): their vectors are zero, not unit length"
+        )
+        warnings.warn(EmptySentenceWarning(message, indices, str(lines.path)), stacklevel=2)
     return np.load(path, mmap_mode="r")
 
 

@@ -22,6 +22,7 @@ from psp_core.cli.corpus_files import (
     guess_input_format,
 )
 from psp_core.cli.errors import CliError, require_file
+from psp_core.cli.notes import EmptySentences
 from psp_core.cli.vector_writers import (
     OUTPUT_FORMATS,
     IdTypeError,
@@ -202,26 +203,31 @@ def _embed_corpus(model, corpus: Corpus, output: OutputTarget, dim: int, args) -
     chunk = EMBED_CHUNK if model.workers == 1 else 2 * model.workers * MIN_SENTENCES_PER_WORKER
     # (page-aligned, so that an .npy output is written past the page cache: direct_writes.py)
     buffers = [page_aligned_float32((min(count, chunk), model.dim)) for _ in "ab"]
+    empty = EmptySentences(consequence="their vectors are zero, not unit length")
     try:
         with replaced_when_done(output) as handle, progress:
             writer = open_vector_writer(
                 handle, output, count, dim, args.id_field, args.output_format
             )
             with writer, WriteBehind(writer) as behind:
+                done = 0
                 for index, batch in enumerate(corpus.batches(chunk)):
-                    vectors = model.embed(
-                        batch.texts,
-                        batch_size=args.batch_size,
-                        normalize=args.normalize,
-                        dim=args.dim,
-                        out=buffers[index % 2][: len(batch.texts)],
-                        max_chars=None,  # the corpus cut them to --max-chars
-                    )
+                    with empty.counting(lambda i, done=done: corpus.locate(done + i)):
+                        vectors = model.embed(
+                            batch.texts,
+                            batch_size=args.batch_size,
+                            normalize=args.normalize,
+                            dim=args.dim,
+                            out=buffers[index % 2][: len(batch.texts)],
+                            max_chars=None,  # the corpus cut them to --max-chars
+                        )
                     behind.write(vectors, batch.ids)
                     progress.update(len(batch.texts))
+                    done += len(batch.texts)
                 behind.close()
     except IdTypeError as error:  # the writer knows the vector; the corpus knows its line
         raise CorpusError(f"{corpus.locate(error.vector)}: {error.detail}") from error
+    empty.note()
     seconds = time.perf_counter() - started
     log.info(
         "wrote %d x %d embeddings to %s in %.1f s (%.0f sentences/s from the model loaded to "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from psp_core.cli.arguments import finite_float
 from psp_core.cli.errors import CliError, require_file
+from psp_core.cli.notes import EmptySentences
 from psp_core.extras import require
 from psp_core.files.output_files import check_output_file
 from psp_core.inference.model import load_model
@@ -49,18 +50,21 @@ def cmd_mine(args: argparse.Namespace) -> None:
         raise CliError(f"--k must be >= 1, got {args.k}")
     output = check_output_file(args.output_file, inputs=(source, target, args.model))
     model = load_model(args.model, num_threads=args.threads)
-    report = mine_files(
-        model,
-        source,
-        target,
-        output,
-        k=args.k,
-        mode=args.mode,
-        threshold=args.threshold,
-        batch_size=args.batch_size,
-        block_size=args.block_size,
-        backend=args.backend,
-    )
+    empty = EmptySentences("lines", "their vectors are zero")
+    with empty.counting(str):  # (each file's warning names the file and its line)
+        report = mine_files(
+            model,
+            source,
+            target,
+            output,
+            k=args.k,
+            mode=args.mode,
+            threshold=args.threshold,
+            batch_size=args.batch_size,
+            block_size=args.block_size,
+            backend=args.backend,
+        )
+    empty.note()
     log.info(
         "%d pairs from %d source and %d target sentences -> %s",
         report.pairs_written,

@@ -11,6 +11,7 @@ from psp_core.cli.arguments import add_model_runtime_arguments, positive_int
 from psp_core.cli.corpus_files import DEFAULT_MAX_CHARS, read_lines
 from psp_core.cli.embed import CHUNK_LINES, checked_dim
 from psp_core.cli.errors import CliError, require_file
+from psp_core.cli.notes import EmptySentences
 from psp_core.files.output_files import check_output_file, replaced_when_done
 from psp_core.inference.model import EMBED_BATCH_SIZE, load_model
 
@@ -68,13 +69,18 @@ def _chunks(iterator, size):
 
 
 def _write_scores(handle, model, source: Path, args: argparse.Namespace) -> None:
+    empty = EmptySentences("pairs", "one side's vector is zero, and their score 0")
+    done = 0  # (each line one pair: pair i is line i + 1)
     for chunk in _chunks(read_pairs(source, args.max_chars), CHUNK_LINES):
         cut = [(first[: args.max_chars], second[: args.max_chars]) for first, second in chunk]
-        scores = model.score(cut, batch_size=args.batch_size, dim=args.dim)
+        with empty.counting(lambda i, done=done: f"{source}:{done + i + 1}"):
+            scores = model.score(cut, batch_size=args.batch_size, dim=args.dim)
         handle.writelines(
             f"{first}\t{second}\t{score:.6f}\n"
             for (first, second), score in zip(chunk, scores, strict=True)
         )
+        done += len(chunk)
+    empty.note()
 
 
 def cmd_score(args: argparse.Namespace) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,32 @@ def cut_sentences(sentences: list[str], max_chars: int) -> list[str]:
 
 class EmptySentenceWarning(UserWarning):
     """``embed(..., normalize=True)`` was given sentences with nothing to embed (empty, or no
-    sentencepiece piece): their vectors are zero, not unit length."""
+    sentencepiece piece): their vectors are zero, not unit length. ``indices`` are their
+    positions in the call's list (what ``psp`` turns into file lines)."""
+
+    def __init__(
+        self, message: str, indices: np.ndarray | None = None, source: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.indices = np.zeros(0, np.int64) if indices is None else indices
+        #: the file the list's items are the lines of, where the caller knows it
+        self.source = source
+
+
+@contextmanager
+def collecting_empty_sentences(found: list[EmptySentenceWarning]) -> Iterator[None]:
+    """Collect the :class:`EmptySentenceWarning` of the calls inside into ``found``, instead of
+    showing them; every other warning is shown as it would have been."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EmptySentenceWarning)
+        yield
+    for warning in caught:
+        if isinstance(warning.message, EmptySentenceWarning):
+            found.append(warning.message)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
 
 
 class PSPModel:
@@ -251,12 +277,11 @@ class PSPModel:
             np.divide(output, norms, out=output, where=norms > 0)
             zero = np.flatnonzero(norms[:, 0] == 0)
             if len(zero):
-                warnings.warn(
+                message = (
                     f"{len(zero)} of {len(output)} sentences have nothing to embed (first: index "
-                    f"{zero[0]}): their vectors are zero, not unit length",
-                    EmptySentenceWarning,
-                    stacklevel=2,
+                    f"{zero[0]}): their vectors are zero, not unit length"
                 )
+                warnings.warn(EmptySentenceWarning(message, zero), stacklevel=2)
         return output
 
     def _embed_blocks(
