@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from psp_core.files.new_folders import parents_made
 from psp_core.files.output_targets import (
     OutputError,
     OutputTarget,
@@ -156,14 +157,15 @@ def directory_written_then_replaced(final: str | Path) -> Iterator[Path]:
     A ``final`` that is a symbolic link is followed: the temporary is made beside its target
     (the same file system) and replaces the target, and the link is kept."""
     output = _folder_target(final)
-    tmp = _fresh_temporary(output, output.target)
-    try:
-        yield tmp
-        umask_modes(tmp)
-        replace_directory(tmp, output.target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with parents_made(output.target.parent):  # (taken back if the output fails)
+        tmp = _fresh_temporary(output, output.target)
+        try:
+            yield tmp
+            umask_modes(tmp)
+            replace_directory(tmp, output.target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 #: what the scratch folder of an output that is written into (a device, FIFO, standard output)
@@ -182,8 +184,9 @@ def work_directory_beside(output: str | Path | OutputTarget) -> Iterator[Path]:
         anchor = Path(tempfile.gettempdir()).absolute() / STREAM_WORK
     else:
         anchor = output.target
-    work = _fresh_temporary(output, anchor)
-    try:
-        yield work
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with parents_made(anchor.parent):  # (the output's folders: taken back if it fails)
+        work = _fresh_temporary(output, anchor)
+        try:
+            yield work
+        finally:
+            shutil.rmtree(work, ignore_errors=True)

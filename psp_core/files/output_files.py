@@ -36,6 +36,7 @@ from typing import IO
 
 import numpy as np
 
+from psp_core.files.new_folders import parents_made
 from psp_core.files.output_targets import (
     DIRECTORY,
     STANDARD_OUTPUT,
@@ -202,24 +203,24 @@ def replaced_when_done(output: str | Path | OutputTarget, mode: str = "wb") -> I
             yield handle
         return
     path = output.target
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps_of(output)  # what killed runs of this output left
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    encoding = None if "b" in mode else "utf-8"
-    try:
-        with open(tmp, mode, encoding=encoding) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())  # write-back errors surface here, before the rename
-        os.replace(tmp, path)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        if error.filename not in (None, str(tmp)):
-            raise  # not this output's fault (an input, say): the error names its own file
-        raise write_error(output.shown, error) from error
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with parents_made(path.parent):  # (taken back if the output fails)
+        remove_stale_temps_of(output)  # what killed runs of this output left
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        encoding = None if "b" in mode else "utf-8"
+        try:
+            with open(tmp, mode, encoding=encoding) as handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())  # write-back errors surface here, before the rename
+            os.replace(tmp, path)
+        except OSError as error:
+            tmp.unlink(missing_ok=True)
+            if error.filename not in (None, str(tmp)):
+                raise  # not this output's fault (an input, say): the error names its own file
+            raise write_error(output.shown, error) from error
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 @contextmanager

@@ -36,7 +36,10 @@ def _jsonl(tmp_path: Path, bad: str) -> Path:
     ("bad", "fragments"),
     [
         ("[" * 50_000 + "]" * 50_000, ["docs.jsonl:4: JSON nested deeper than"]),
-        ('{"text": "x", "doc_id": ' + "9" * 30 + "}", ["docs.jsonl:4:", "beyond 64 bits", "string"]),
+        (
+            '{"text": "x", "doc_id": ' + "9" * 30 + "}",
+            ["docs.jsonl:4:", "beyond 64 bits", "string"],
+        ),
         ('{"text": "a \\ud800 b", "doc_id": 9}', ["docs.jsonl:4:", "lone surrogate", "\\ud800"]),
     ],
     ids=["nested-50000-deep", "id-beyond-64-bits", "lone-surrogate"],
@@ -80,3 +83,23 @@ def test_an_output_suffix_psp_does_not_write_is_refused(tmp_path, bundle, capsys
     parquet = tmp_path / f"p-{name}"
     assert main(_embed(bundle, source, parquet, "--output-format", "parquet")) == 0
     assert pq.read_table(parquet).num_rows == 2
+
+
+@pytest.mark.parametrize("command", ["embed", "score"])
+def test_a_failed_run_takes_back_the_folders_it_made(tmp_path, bundle, capsys, command) -> None:
+    """The folders made for the output go when the run fails; one that was there stays."""
+    (tmp_path / "keep").mkdir()
+    if command == "embed":
+        source = _jsonl(tmp_path, "not json")
+    else:
+        source = tmp_path / "pairs.tsv"
+        source.write_text("a\tb\nc\td\nno tab here\n", encoding="utf-8")
+    for output in (tmp_path / "new" / "a" / "b" / "out.npy", tmp_path / "keep" / "x" / "out.npy"):
+        if command == "embed":
+            argv = _embed(bundle, source, output)
+        else:
+            argv = ["score", "--sentence-pair-file", str(source), "--model", str(bundle)]
+            argv += ["--output-file", str(output)]
+        run_main(capsys, argv, f"{source}:")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bundle", "keep", source.name])
+    assert list((tmp_path / "keep").iterdir()) == []
