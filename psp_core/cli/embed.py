@@ -242,8 +242,23 @@ def _embed_corpus(model, corpus: Corpus, output: OutputTarget, dim: int, args) -
 
 
 def checked_dim(dim: int | None, model) -> int:
+    """``--dim``, checked against the model; a prefix of a model not trained for prefixes
+    (``psp train --matryoshka-dims``) is noted in one line: it runs, but is no smaller model."""
     if dim is None:
         return model.dim
     if not 1 <= dim <= model.dim:
         raise CliError(f"--dim must be in [1, {model.dim}] for this model, got {dim}")
+    training = model.config.training or {}
+    trained = (training.get("config") or {}).get("matryoshka_dims") or []
+    if dim < model.dim and dim not in trained:
+        log.warning(
+            "--dim %d keeps the first %d of %d dimensions of a model trained for %s: they are "
+            "not a model of %d dimensions, so expect worse vectors than its full ones",
+            dim,
+            dim,
+            model.dim,
+            f"prefixes of {', '.join(map(str, trained))} only" if trained else "no prefix "
+            "(psp train --matryoshka-dims)",
+            dim,
+        )
     return dim

@@ -5,6 +5,7 @@ file, not of the chunk it was embedded in)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -57,3 +58,21 @@ def test_mine_names_the_file_and_line_of_a_blank_line(tmp_path, bundle) -> None:
     assert done.returncode == 0, done.stderr
     (note,) = _notes(done.stderr)
     assert "2 lines have nothing to embed" in note and f"first: {source}:2)" in note
+
+
+@pytest.mark.parametrize(("trained", "noted"), [(None, True), ([8], False), ([4], True)])
+def test_a_dim_the_model_was_not_trained_for_is_one_note(tmp_path, model, trained, noted) -> None:
+    if trained is not None:
+        model.config = dataclasses.replace(
+            model.config, training={"config": {"matryoshka_dims": trained}}
+        )
+    bundle = model.save(tmp_path / "bundle")
+    source = tmp_path / "s.txt"
+    source.write_text("a sentence\n", encoding="utf-8")
+    argv = ["embed", "--sentence-file", str(source), "--model", str(bundle), "--dim", "8"]
+    done = run_psp([*argv, "--output-file", str(tmp_path / "v.npy")])
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stderr.splitlines() if "--dim 8 keeps the first 8" in line]
+    assert len(notes) == int(noted), done.stderr
+    if noted:
+        assert "16 dimensions" in notes[0] and "Traceback" not in done.stderr
