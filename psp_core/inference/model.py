@@ -339,6 +339,52 @@ class PSPModel:
                 out=out[start:stop],
             )
 
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        batch_size: int = EMBED_BATCH_SIZE,
+        show_progress_bar: bool | None = None,
+        normalize_embeddings: bool = False,
+        convert_to_numpy: bool = True,
+        precision: str = "float32",
+        truncate_dim: int | None = None,
+    ) -> np.ndarray | list[np.ndarray]:
+        """:meth:`embed` as sentence-transformers' ``SentenceTransformer.encode`` is called: a
+        string gives a 1-D vector, a list a 2-D array (``convert_to_numpy=False``: a list of
+        1-D vectors); ``normalize_embeddings`` gives unit vectors, ``truncate_dim`` the first
+        dimensions (:meth:`embed`'s ``dim``). ``precision`` is ``float32``, the vectors' own (a
+        sum of float32 rows: no other precision is kept)."""
+        if precision != "float32":
+            raise ValueError(f"precision {precision!r}: only float32 is kept (the vectors' own)")
+        single = isinstance(sentences, str)
+        vectors = self.embed(
+            [sentences] if single else sentences,
+            batch_size=batch_size,
+            normalize=normalize_embeddings,
+            show_progress_bar=bool(show_progress_bar),
+            dim=truncate_dim,
+        )
+        if single:
+            return vectors[0]
+        return vectors if convert_to_numpy else list(vectors)
+
+    @staticmethod
+    def similarity(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """The cosine similarity of every vector of ``first`` with every one of ``second``
+        (``[n, m]``; 1-D vectors count as one row), as sentence-transformers'
+        ``model.similarity``; 0 where either vector is zero (a sentence with nothing to
+        embed)."""
+        first = np.atleast_2d(np.asarray(first, dtype=np.float32))
+        second = np.atleast_2d(np.asarray(second, dtype=np.float32))
+        if first.shape[1] != second.shape[1]:
+            raise ValueError(f"vectors of {first.shape[1]} and {second.shape[1]} dimensions")
+
+        def unit(rows: np.ndarray) -> np.ndarray:
+            norms = np.linalg.norm(rows, axis=1, keepdims=True)
+            return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+
+        return unit(first) @ unit(second).T
+
     def score(
         self,
         pairs: Sequence[tuple[str, str]],
