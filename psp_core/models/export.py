@@ -207,7 +207,10 @@ def export_model(
     text = card.read_text(encoding="utf-8") if card.is_file() else model_card(config)
     made_from = {
         "format": format,
-        "source_bundle": str(Path(bundle_dir).resolve()),
+        # the bundle by its content, never its path (an export is published: no machine's
+        # folder names in it)
+        "source_bundle": Path(bundle_dir).name,
+        "source_files": config.files,
         "spm_sha256": config.spm_sha256,
         "dim": config.dim,
         "vocab_size": config.vocab_size,

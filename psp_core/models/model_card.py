@@ -69,7 +69,10 @@ def _front_matter(config: BundleConfig, library: str) -> str:
     # JSON strings are valid YAML scalars: names with any character stay safe
     lines = ["---", "language:"]
     lines += [f"- {json.dumps(code)}" for code in config.languages or ["en"]]
-    lines += ["license: other", f"library_name: {library}", "pipeline_tag: sentence-similarity"]
+    # the weights keep their training data's licenses (OPUS lists each corpus's): named and
+    # linked to the card's license notes, as the Hub asks of "other"
+    lines += ["license: other", "license_name: training-data-licenses", "license_link: README.md"]
+    lines += [f"library_name: {library}", "pipeline_tag: sentence-similarity"]
     tags = (["sentence-transformers"] if library == "sentence-transformers" else []) + TAGS
     lines += ["tags:"] + [f"- {tag}" for tag in tags] + ["---"]
     return "\n".join(lines)
@@ -125,11 +128,26 @@ def _training_section(config: BundleConfig, facts: CardFacts) -> list[str]:
     if history:
         parts.append(
             _table(
-                ["epoch", "steps", "mean loss", "pairs/s", "dev score"],
+                ["epoch", "steps", "mean loss", "pairs/s", "dev score (higher is better)"],
                 [_epoch_row(h) for h in history if isinstance(h, Mapping)],
             )
         )
+        if any(isinstance(h, Mapping) and h.get("dev_score") is not None for h in history):
+            parts.append(DEV_SCORE_NOTE)
     return parts
+
+
+DEV_SCORE_NOTE = (
+    "The dev score is the model selection's: Pearson x 100 on the dev STS file (STS 2017 en-en "
+    "by default), or the dev suite's mean (STS 2017 en-en, STS-B dev, 100 minus the held-back "
+    "retrieval error); the epoch with the best one is kept."
+)
+SCALES_NOTE = (
+    "Correlations are Pearson and Spearman x 100 (higher is better); Tatoeba figures are error "
+    "rates in % (lower is better); speeds are sentences per second on the machine and threads "
+    "named in their table, the paper's on one CPU core. A row marked (dev) is development data, "
+    "in no mean."
+)
 
 
 def _epoch_row(record: Mapping[str, Any]) -> tuple:
@@ -199,7 +217,7 @@ def model_card(
         parts.append(_table(["stage", "pairs in", "pairs out", "dropped"], rows))
     parts += _training_section(config, facts)
     if facts.evaluation_markdown:
-        parts += ["## Evaluation", facts.evaluation_markdown.strip()]
+        parts += ["## Evaluation", SCALES_NOTE, facts.evaluation_markdown.strip()]
     notes = list(facts.license_notes) or [
         "The weights are derived from the training data above; each source keeps its own "
         "license (OPUS lists every corpus's), so check them before redistributing the model."

@@ -3,6 +3,7 @@ model was trained on, how, and how it scores; exports carry it, naming their lib
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -90,3 +91,35 @@ def test_exports_carry_the_card(tmp_path, trained, library) -> None:
     text = (output / "README.md").read_text()
     assert front_matter(text)["library_name"] == library
     assert "| dimension | 16 |" in text  # the bundle's card, not the library's own
+
+
+def test_the_card_names_its_license_scales_and_dev_metric(trained) -> None:
+    text = model_card(
+        read_config(trained), CardFacts(evaluation_markdown="| STS | n |\n|---|---:|\n| x | 1 |")
+    )
+    meta = front_matter(text)
+    assert meta["license"] == "other" and meta["license_name"] and meta["license_link"]
+    assert "## License notes" in text  # what the link points at
+    assert "Pearson and Spearman x 100" in text and "error rates in %" in text
+    assert "| dev score (higher is better) |" in text
+    assert "The dev score is the model selection's" not in text  # (trained without one)
+    config = read_config(trained)
+    history = [{"epoch": 0, "steps": 9, "loss": 0.5, "pairs_per_second": 9.0, "dev_score": 80.1}]
+    selected = dataclasses.replace(config, training={**config.training, "history": history})
+    text = model_card(selected)
+    assert "| 80.1 |" in text and "The dev score is the model selection's: Pearson x 100" in text
+
+
+@pytest.mark.parametrize("library", ["sentence-transformers", "model2vec"])
+def test_no_exported_file_names_a_folder_of_this_machine(tmp_path, trained, library) -> None:
+    """An export is published: its files name the source bundle by content, never by path."""
+    module = "sentence_transformers" if library == "sentence-transformers" else "model2vec"
+    pytest.importorskip(module, reason=f"{module} is not installed (pip install '.[export]')")
+    output = export_model(trained, library, tmp_path / "where-i-work" / library)
+    machine_paths = {str(trained.parent.resolve()), str(tmp_path.resolve()), str(tmp_path)}
+    for path in output.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".md", ".txt", ".yaml", ""):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            assert not [m for m in machine_paths if m in text], path
+    record = __import__("json").loads((output / "psp_export.json").read_text())
+    assert record["source_bundle"] == trained.name and record["source_files"]
