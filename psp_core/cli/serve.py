@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -40,9 +41,14 @@ def add_serve_parser(commands) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
     serve.add_argument("--port", type=port_number, default=8000, help="1 to 65535 (default 8000)")
     serve.add_argument(
-        "--reload-interval", type=float, default=2.0, help="seconds between promotion checks"
+        "--reload-interval",
+        type=reload_interval,
+        default=2.0,
+        help=f"seconds between promotion checks, at least {MIN_RELOAD_INTERVAL:g} (default 2)",
     )
-    serve.add_argument("--threads", type=int, default=1, help="tokenizer threads per model")
+    serve.add_argument(
+        "--threads", type=positive_int, default=1, help="tokenizer threads per model (default 1)"
+    )
     serve.add_argument(
         "--workers",
         type=positive_int,
@@ -74,6 +80,7 @@ def _add_access_arguments(serve) -> None:
         action="append",
         default=[],
         metavar="ORIGIN",
+        type=cors_origin,
         help="an origin (https://host[:port]) whose browser pages may call the API; repeatable "
         "(default: none, no CORS headers)",
     )
@@ -122,6 +129,34 @@ def _add_limit_arguments(serve) -> None:
         ),
     ):
         serve.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
+
+
+#: the shortest --reload-interval: each check reads the registry of every language served, and
+#: an idle server polling faster would keep a core busy
+MIN_RELOAD_INTERVAL = 0.1
+_ORIGIN = re.compile(r"^(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$")
+
+
+def reload_interval(text: str) -> float:
+    """An argparse ``type``: seconds between promotion checks, finite, at least the minimum."""
+    value = positive_float(text)
+    if value < MIN_RELOAD_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_RELOAD_INTERVAL:g} (seconds), got {text}"
+        )
+    return value
+
+
+def cors_origin(text: str) -> str:
+    """An argparse ``type``: a browser origin, ``scheme://host[:port]`` (http or https, no
+    path, no trailing slash: what a browser sends in ``Origin`` and compares exactly)."""
+    found = _ORIGIN.match(text)
+    if not found or (found.group(3) and not 1 <= int(found.group(3)[1:]) <= 65535):
+        raise argparse.ArgumentTypeError(
+            f"expected an origin like https://app.example.com or http://localhost:3000 "
+            f"(scheme://host[:port], no path), got {text!r}"
+        )
+    return text
 
 
 def positive_float(text: str) -> float:

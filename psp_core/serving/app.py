@@ -57,6 +57,8 @@ PIECE_INPUTS = 256
 PIECE_CHARACTERS = 32_000
 #: the header that names the model version of an answer
 VERSION_HEADER = "X-PSP-Model-Version"
+#: where the embeddings API answers
+EMBEDDINGS_PATHS = ("/v1/embeddings", "/v1/embeddings/", "/embeddings", "/embeddings/")
 #: the routes open without an API key
 OPEN_PATHS = frozenset({"/health"})
 
@@ -150,8 +152,9 @@ def create_app(
         return ApiError(500, f"internal error: {type(error).__name__}").response()
 
     routes = [
-        Route("/v1/embeddings", embeddings, methods=["POST"]),
-        Route("/embeddings", embeddings, methods=["POST"]),
+        # (with a trailing slash too: served, never redirected to a URL built from the client's
+        # Host header)
+        *(Route(path, embeddings, methods=["POST"]) for path in EMBEDDINGS_PATHS),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{name}", one_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -169,12 +172,14 @@ def create_app(
         )
     if api_keys:
         middleware.append(Middleware(KeyCheck, keys=api_keys))
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=middleware,
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # any other path: 404 in OpenAI's shape, no redirect
+    return app
 
 
 class KeyCheck:

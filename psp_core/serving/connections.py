@@ -11,13 +11,16 @@ empty reply. This subclass adds, per connection:
   closed, as uvicorn already does after a response;
 * a request not received whole within ``request_timeout`` of its first byte gets 408 and the
   connection is closed;
-* beyond ``max_connections`` open in the process, a new connection gets 503 and is closed at
-  once, so the others are still served.
+* beyond ``max_connections`` open in the process, a new connection gets 503 (with
+  ``Retry-After``) and is closed at once, so the others are still served.
+
+Each of these refusals is a JSON error in OpenAI's shape, as the app's own are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 
 import httptools
@@ -31,6 +34,15 @@ SPARE_FILES = 64
 
 class _Refused(Exception):
     """Raised from a parser callback: the request broke a limit (the status says which)."""
+
+
+#: the ``code`` of each refusal this protocol answers itself (before the app sees the request)
+REFUSAL_CODES = {
+    408: "request_timeout",
+    413: "request_too_large",
+    431: "request_headers_too_large",
+    503: "server_overloaded",
+}
 
 
 def guarded_protocol(limits: Limits) -> type[HttpToolsProtocol]:
@@ -142,15 +154,20 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(408, f"request not received within {self.limits.request_timeout:g} s")
 
     def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` with a plain-text reason and close the connection."""
+        """Answer ``status`` with the reason as an OpenAI-shaped JSON error (as every other
+        error of the server) and close the connection; a 503 (too many connections) says when
+        to try again (``Retry-After``)."""
         self._cancel_request_timer()
-        body = message.encode("ascii")
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        error = {"message": message, "type": kind, "param": None, "code": REFUSAL_CODES[status]}
+        body = json.dumps({"error": error}).encode("ascii")
         self.transport.write(
             b"".join(
                 [
                     STATUS_LINE[status],
-                    b"content-type: text/plain; charset=utf-8\r\n",
+                    b"content-type: application/json\r\n",
                     b"content-length: %d\r\n" % len(body),
+                    b"retry-after: 1\r\n" if status == 503 else b"",
                     b"connection: close\r\n\r\n",
                     body,
                 ]

@@ -166,7 +166,19 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
 
     config = uvicorn_config(serving_app(settings), settings, host=settings.host, port=settings.port)
     server = uvicorn.Server(config)
-    server.run()
+    hung_up: list[int] = []
+
+    def hang_up(signum, frame) -> None:  # as SIGTERM: a graceful stop (requests in flight end)
+        hung_up.append(signum)
+        server.handle_exit(signum, frame)
+
+    previous = signal.signal(signal.SIGHUP, hang_up)  # (uvicorn handles SIGINT and SIGTERM)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    if hung_up:  # ended as the signal asks, by the handler found at the start (psp's: 129)
+        signal.raise_signal(signal.SIGHUP)
     if not server.started:  # (as uvicorn.run ends: the app's start failed, its error logged)
         sys.exit(3)
 

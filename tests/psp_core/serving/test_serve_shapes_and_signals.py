@@ -1,0 +1,112 @@
+"""``psp serve`` as an operator and a client see its edges: flags a server cannot run with are one
+line before it starts; every refusal, the connection cap's 503 included, is a JSON error in
+OpenAI's shape (the 503 with ``Retry-After``); a trailing slash is served or 404, never a
+redirect built from the client's Host header; SIGHUP stops a single-process server as it stops
+``--workers`` (exit 129, one line, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from psp_core.cli import main
+
+httpx = pytest.importorskip("httpx")
+
+from tests.psp_core.serving.test_hostile_clients import (  # noqa: E402 (after the skip)
+    Running,
+    answer_of,
+    client_of,
+    embed_body,
+)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--reload-interval", "0", "above 0"),
+        ("--reload-interval", "-1", "above 0"),
+        ("--reload-interval", "nan", "above 0"),
+        ("--reload-interval", "1e-9", "at least 0.1"),
+        ("--threads", "0", "at least 1"),
+        ("--request-timeout", "inf", "finite"),
+        ("--cors-origin", "https://app.example.com/", "no path"),
+        ("--cors-origin", "*", "scheme://host[:port]"),
+        ("--cors-origin", "app.example.com", "scheme://host[:port]"),
+        ("--cors-origin", "ftp://app.example.com", "scheme://host[:port]"),
+        ("--cors-origin", "http://localhost:99999", "scheme://host[:port]"),
+    ],
+)
+def test_a_flag_a_server_cannot_run_with_is_refused(tmp_path, capsys, flag, value, fragment):
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", "--model", f"de={tmp_path}", flag, value])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"argument {flag}:" in err and fragment in err, err
+
+
+def test_origins_and_intervals_that_are_fine_are_taken(tmp_path):
+    from psp_core.cli.main import build_parser
+
+    argv = ["serve", "--model", f"de={tmp_path}", "--reload-interval", "0.5", "--threads", "2"]
+    for origin in ("https://app.example.com", "http://localhost:3000", "http://[::1]:8080"):
+        argv += ["--cors-origin", origin]
+    args = build_parser().parse_args(argv)
+    assert args.reload_interval == 0.5 and args.threads == 2 and len(args.cors_origin) == 3
+
+
+def test_a_trailing_slash_is_served_and_an_unknown_path_is_404_json(served):
+    client = client_of(served)
+    want = client.post("/v1/embeddings", json=embed_body("hi")).json()["data"]
+    for path in ("/v1/embeddings/", "/embeddings/"):
+        response = client.post(path, json=embed_body("hi"), follow_redirects=False)
+        assert response.status_code == 200 and response.json()["data"] == want
+    for path in ("/v1/models/", "/v1/embedding", "/x/"):
+        response = client.get(path, follow_redirects=False, headers={"Host": "evil.example"})
+        assert response.status_code in (404, 405) and "location" not in response.headers
+        assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.fixture()
+def served(tmp_path, model):
+    from psp_core.serving.models import ModelSet
+
+    return ModelSet({"de": model.save(tmp_path / "bundle")})
+
+
+@pytest.mark.slow
+def test_refusals_are_json_and_the_connection_cap_says_when_to_retry(tmp_path, model):
+    server = Running(model.save(tmp_path / "bundle"), "--max-connections", "2")
+    held = []
+    try:
+        held = [server.connect() for _ in range(2)]
+        with server.connect() as extra:
+            head, _, body = answer_of(extra).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in head.lower()
+        assert json.loads(body)["error"]["code"] == "server_overloaded"
+        for sock in held:
+            sock.close()
+        held = []
+        with server.connect() as sock:  # too many headers: 431, also JSON
+            flood = b"".join(b"X-H%d: v\r\n" % i for i in range(5_000))
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n" + flood + b"\r\n")
+            head, _, body = answer_of(sock).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 431 ") and b"application/json" in head
+        assert json.loads(body)["error"]["type"] == "invalid_request_error"
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sighup_stops_the_server_in_one_line_in_both_modes(tmp_path, model, workers):
+    server = Running(model.save(tmp_path / "bundle"), "--workers", workers)
+    assert server.embed("hi").status_code == 200
+    server.process.send_signal(signal.SIGHUP)
+    _, err = server.process.communicate(timeout=60)
+    assert server.process.returncode == 129, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "psp: stopped by SIGHUP"
