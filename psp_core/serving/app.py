@@ -159,7 +159,7 @@ def create_app(
         Route("/v1/models/{name}", one_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
-    middleware = []
+    middleware = [Middleware(CloseWhenRefused)]  # outermost: sees every refusal
     if cors_origins:  # outermost: a preflight carries no key, and a 401 gets the headers too
         middleware.append(
             Middleware(
@@ -180,6 +180,39 @@ def create_app(
     )
     app.router.redirect_slashes = False  # any other path: 404 in OpenAI's shape, no redirect
     return app
+
+
+class CloseWhenRefused:
+    """ASGI middleware: an error (4xx, 5xx) answered while the request's body is still arriving
+    says ``Connection: close`` (the server then reads little more of it: connections.py), so a
+    client told 401 or 413 stops sending rather than the server reading on."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"0")
+        pending = [b"transfer-encoding" in headers or (length.isdigit() and int(length) > 0)]
+
+        async def receive_tracked():
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                pending[0] = False
+            return message
+
+        async def send_closing(message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400 and pending[0]:
+                message = {**message, "headers": [*message.get("headers", []), CLOSE_HEADER]}
+            await send(message)
+
+        await self.app(scope, receive_tracked, send_closing)
+
+
+CLOSE_HEADER = (b"connection", b"close")
 
 
 class KeyCheck:

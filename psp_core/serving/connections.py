@@ -77,7 +77,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refusal: tuple[int, str] | None = None
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # uvicorn closes through this: a close while a request's body is still arriving (a
+        # refusal answered early) reads a little of the rest first, never more
+        super().connection_made(_DrainingTransport(transport, self))
         if len(self.connections) > self.limits.max_connections:
             self._refuse(503, f"over {self.limits.max_connections} open connections; try again")
             return
@@ -91,6 +93,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         # (uvicorn's own, with the limits; a broken limit is not logged as an invalid request)
+        if self.transport.draining:
+            self.transport.drained(len(data))
+            return
         if self.transport.is_closing():
             return
         self._unset_keepalive_if_required()
@@ -144,6 +149,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._request_timer.cancel()
             self._request_timer = None
 
+    def on_response_complete(self) -> None:
+        if self.body_pending():  # answered before the body was read whole (a refusal): no
+            self.transport.close()  # keep-alive waits for the rest; a bounded drain, closed
+            return
+        super().on_response_complete()
+
+    def body_pending(self) -> bool:
+        """Whether the current request's body is still arriving (its end not received)."""
+        return self.cycle is not None and self.cycle.more_body and self._in_body
+
     def _request_timed_out(self) -> None:
         self._request_timer = None
         if self.transport.is_closing():
@@ -174,3 +189,51 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             )
         )
         self.transport.close()
+
+
+#: what a refused request may still send before its connection closes: enough for the client
+#: to be reading the answer when the close comes (a close with unread bytes resets the
+#: connection, which can lose the answer), far less than a body could be
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 1.0
+
+
+class _DrainingTransport:
+    """The connection's transport as uvicorn sees it, whose ``close`` while the request's body is
+    still arriving (the answer was a refusal: 401, 413, 408...) ends the write side, reads and
+    drops at most :data:`DRAIN_BYTES` more for at most :data:`DRAIN_SECONDS`, then closes: a
+    client that goes on sending costs no more than that."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedHttpToolsProtocol) -> None:
+        self._transport, self._protocol = transport, protocol
+        self.draining, self._left = False, DRAIN_BYTES
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.draining or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self.draining or self._transport.is_closing():
+            return
+        if not self._protocol.body_pending():
+            self._transport.close()
+            return
+        self.draining = True
+        if self._transport.can_write_eof():
+            self._transport.write_eof()  # (the answer is whole: the client may read it)
+        self._transport.resume_reading()
+        self._timer = self._protocol.loop.call_later(DRAIN_SECONDS, self._close_now)
+
+    def drained(self, count: int) -> None:
+        self._left -= count
+        if self._left <= 0:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._transport.close()
