@@ -257,8 +257,9 @@ def checked_dim(dim: int | None, model) -> int:
             dim,
             dim,
             model.dim,
-            f"prefixes of {', '.join(map(str, trained))} only" if trained else "no prefix "
-            "(psp train --matryoshka-dims)",
+            f"prefixes of {', '.join(map(str, trained))} only"
+            if trained
+            else "no prefix (psp train --matryoshka-dims)",
             dim,
         )
     return dim

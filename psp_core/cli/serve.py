@@ -220,9 +220,10 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
 def cmd_serve(args: argparse.Namespace) -> None:
     # (Starlette and uvicorn are imported for this command only; they come with the [serve]
     # extra: one line naming it, before any check or work)
-    for module in ("starlette", "uvicorn", "orjson"):
+    for module in ("starlette", "uvicorn", "httptools", "orjson"):
         require(module, "serve", "psp serve")
     from psp_core.serving.connections import ensure_file_limit
+    from psp_core.serving.port_lock import port_lock
     from psp_core.serving.server import ServeSettings, check_port_free, serve
 
     keys = api_keys(args)
@@ -233,8 +234,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
         )
     limits = Limits(**{name: getattr(args, name) for name in vars(Limits())})
     ensure_file_limit(limits.max_connections)
-    # a port another program holds is one line, before any model is loaded or banner printed
-    check_port_free(args.host, args.port)
     settings = ServeSettings(
         folders=served_folders(args),
         host=args.host,
@@ -245,4 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         api_keys=keys,
         cors_origins=tuple(args.cors_origin),
     )
-    serve(settings, args.workers)
+    with port_lock(args.port):  # one psp serve per port, even two started at the same instant
+        # a port another program holds is one line, before any model is loaded or banner printed
+        check_port_free(args.host, args.port)
+        serve(settings, args.workers)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
@@ -110,3 +111,49 @@ def test_sighup_stops_the_server_in_one_line_in_both_modes(tmp_path, model, work
     _, err = server.process.communicate(timeout=60)
     assert server.process.returncode == 129, err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "psp: stopped by SIGHUP"
+
+
+@pytest.mark.slow
+def test_two_servers_started_at_once_on_one_port_one_serves(tmp_path, model):
+    """Workers share their port (SO_REUSEPORT): without the port's lock a second `psp serve
+    --workers 2` would bind it too and take half the requests with other models."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.psp_core.serving.test_serve import free_port
+
+    bundle, port = model.save(tmp_path / "bundle"), free_port()
+    psp = Path(sys.executable).with_name("psp")
+    argv = [str(psp), "serve", "--model", f"de={bundle}", "--port", str(port), "--workers", "2"]
+    started = [
+        subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and all(p.poll() is None for p in started):
+            time.sleep(0.2)
+        refused = [p for p in started if p.poll() is not None]
+        assert len(refused) == 1, "both servers are running on one port"
+        err = refused[0].stderr.read()
+        assert refused[0].returncode == 2 and "Traceback" not in err, err
+        (line,) = [x for x in err.splitlines() if x.startswith("psp: error:")]
+        assert f"port {port} is already served by another psp serve (pid" in line or (
+            "cannot listen" in line
+        ), line
+        serving = next(p for p in started if p.poll() is None)
+        url = f"http://127.0.0.1:{port}/v1/embeddings"
+        for _ in range(100):  # every answer from the one server
+            try:
+                answer = httpx.post(url, json=embed_body("hi"), timeout=5)
+            except httpx.TransportError:
+                time.sleep(0.2)
+                continue
+            assert answer.status_code == 200
+        assert serving.poll() is None
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=60)
