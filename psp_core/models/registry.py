@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -183,6 +184,15 @@ def last_decision(history: list[dict[str, Any]], version_id: str) -> dict[str, A
     """The newest entry of a registry's ``history`` about ``version_id`` (promoted, rejected,
     rolled back to), or None."""
     return next((e for e in reversed(history) if e.get("version") == version_id), None)
+
+
+_SERVABLE_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def servable_id(version_id: str) -> bool:
+    """Whether ``version_id`` fits in an HTTP header as it is (the ids the registry writes
+    do: ``20261207T031500Z-1a2b3c4d``)."""
+    return _SERVABLE_ID.fullmatch(version_id) is not None
 
 
 class ModelRegistry:
@@ -412,6 +422,12 @@ class ModelRegistry:
         *,
         verify: bool = True,
     ) -> Version:
+        if not servable_id(version.id):
+            raise RegistryError(
+                f"version {version.id!r} cannot be promoted ({action}): a server names the version of "
+                "each answer in a header, which takes printable ASCII only; rename its folder "
+                "with letters, digits, '.', '_' and '-' (as the ids the registry writes are)"
+            )
         if verify:
             self.verify(version)
         current = self.promoted()

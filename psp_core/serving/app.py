@@ -28,6 +28,7 @@ import base64
 import hmac
 import logging
 import os
+import urllib.parse
 
 import numpy as np
 import orjson
@@ -63,6 +64,27 @@ EMBEDDINGS_PATHS = ("/v1/embeddings", "/v1/embeddings/", "/embeddings", "/embedd
 OPEN_PATHS = frozenset({"/health"})
 
 
+class RecentFailures:
+    """Embeddings requests that failed (a 500) since the last one that succeeded: while the last
+    one failed, ``/health`` says ``degraded`` and why, even though the models load."""
+
+    def __init__(self) -> None:
+        self.count, self.last = 0, ""
+
+    def failed(self, what: str) -> None:
+        self.count, self.last = self.count + 1, what
+
+    def succeeded(self) -> None:
+        self.count = 0
+
+    def problems(self) -> dict[str, str]:
+        if not self.count:
+            return {}
+        return {
+            "requests": f"the last {self.count} embeddings request(s) failed ({self.last[:200]})"
+        }
+
+
 class ApiError(Exception):
     def __init__(
         self,
@@ -92,6 +114,7 @@ def create_app(
 ) -> Starlette:
     limits = limits or Limits()
     in_progress = [0]  # embeddings requests of this process being answered (one event loop)
+    failures = RecentFailures()
 
     async def embeddings(request: Request) -> Response:
         if in_progress[0] >= limits.max_concurrent_requests:
@@ -103,7 +126,9 @@ def create_app(
             ).response()
         in_progress[0] += 1
         try:
-            return await _answer(request, models, limits)
+            answer = await _answer(request, models, limits)
+            failures.succeeded()
+            return answer
         except ApiError as error:
             return error.response()
         except ClientDisconnect:  # nobody to answer: its work stopped, nothing to log
@@ -127,7 +152,7 @@ def create_app(
         promoted or its files are gone or damaged on disk, each reason in ``problems``; 503
         ``unavailable`` only when no model can be served."""
         served = {name: models.get(name).version for name in models.names()}
-        problems = models.problems()
+        problems = {**models.problems(), **failures.problems()}
         status = "degraded" if problems else "ok"
         if not served:
             status = "unavailable"
@@ -149,6 +174,7 @@ def create_app(
 
     async def server_error(request: Request, error: Exception) -> Response:
         log.exception("%s %s failed", request.method, request.url.path)
+        failures.failed(f"{type(error).__name__}: {error}")
         return ApiError(500, f"internal error: {type(error).__name__}").response()
 
     routes = [
@@ -270,8 +296,18 @@ async def _answer(request: Request, models: ModelSet, limits: Limits) -> Respons
     else:
         payload = await _in_pieces(request, served, texts, pieces, dimensions, encoding)
     return Response(
-        payload, media_type="application/json", headers={VERSION_HEADER: served.version}
+        payload,
+        media_type="application/json",
+        headers={VERSION_HEADER: header_value(served.version)},
     )
+
+
+def header_value(text: str) -> str:
+    """``text`` as a valid HTTP header value: printable ASCII as it is, anything else (a
+    folder named by hand with accents or a line break) percent-encoded."""
+    if text.isascii() and text.isprintable():
+        return text
+    return urllib.parse.quote(text, safe="")
 
 
 async def _json_body(request: Request, max_bytes: int):

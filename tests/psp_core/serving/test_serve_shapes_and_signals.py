@@ -157,3 +157,57 @@ def test_two_servers_started_at_once_on_one_port_one_serves(tmp_path, model):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 process.communicate(timeout=60)
+
+
+def test_a_version_a_header_cannot_carry_is_refused_at_promotion(tmp_path, model, capsys):
+    from psp_core.models.registry import ModelRegistry, RegistryError
+
+    registry = ModelRegistry(tmp_path / "storage" / "de" / "psp_model")
+    first = registry.add_version("a" * 24, lambda path: model.save(path) and {})
+    for bad in ("früh-1", "line\r\nbreak", "tab\there"):
+        renamed = first.directory.with_name(bad)
+        first.directory.rename(renamed)
+        with pytest.raises(RegistryError, match="printable ASCII only"):
+            registry.promote(bad, reason="by hand")
+        argv = ["models", "promote", "de", bad, "--storage-root", str(tmp_path / "storage")]
+        assert main(argv) == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("psp:")]
+        assert "printable ASCII only" in line
+        renamed.rename(first.directory)
+        assert registry.promoted() is None  # nothing moved
+
+
+def test_the_version_header_is_always_a_valid_header_value():
+    from psp_core.serving.app import header_value
+
+    assert header_value("20261207T031500Z-1a2b3c4d") == "20261207T031500Z-1a2b3c4d"
+    for odd in ("früh", "a\r\nX-Injected: 1", "tab\there"):
+        value = header_value(odd)
+        assert value.isascii() and value.isprintable() and "\r" not in value and "\n" not in value
+
+
+def test_health_says_degraded_while_embeddings_requests_fail(served, monkeypatch):
+    from starlette.testclient import TestClient
+
+    from psp_core.serving.app import create_app
+
+    client = TestClient(create_app(served), raise_server_exceptions=False)
+    assert client.get("/health").json()["status"] == "ok"
+    model = served.get("de").model
+    broken = {"on": True}
+    real = model.embed_ids
+
+    def embed_ids(*args, **kwargs):
+        if broken["on"]:
+            raise MemoryError("the test's")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model, "embed_ids", embed_ids)
+    for _ in range(2):
+        assert client.post("/v1/embeddings", json=embed_body("hi")).status_code == 500
+    health = client.get("/health").json()
+    assert health["status"] == "degraded" and "2 embeddings request(s) failed" in str(health)
+    assert "MemoryError" in health["problems"]["requests"]
+    broken["on"] = False
+    assert client.post("/v1/embeddings", json=embed_body("hi")).status_code == 200
+    assert client.get("/health").json()["status"] == "ok"
