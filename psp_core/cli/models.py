@@ -126,9 +126,8 @@ def cmd_models_promote(args: argparse.Namespace) -> None:
     """Promote a version whose bundle verifies (a damaged one: one line, exit 2, nothing
     changed); the version already promoted is left as it is, with its rollback target."""
     registry = open_registry(args)
-    current = registry.promoted()
-    version = registry.promote(args.version, reason=args.reason)
-    if current is not None and current.id == version.id:
+    version, changed = registry.promote_decided(args.version, reason=args.reason)
+    if not changed:
         previous = registry.previous()
         target = previous.id if previous is not None else "none"
         print(

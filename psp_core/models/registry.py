@@ -38,6 +38,7 @@ version and is promoted. Making a :class:`ModelRegistry` and reading it moves no
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from psp_core.files.file_lock import exclusive_lock
-from psp_core.files.output_files import write_text_if_changed
+from psp_core.files.output_files import write_error, write_text_if_changed
 from psp_core.files.stale_temps import remove_stale_temps
 from psp_core.models.bundle import verify_bundle
 from psp_core.models.bundle_config import BundleError
@@ -65,6 +66,7 @@ EXPORTS = "exports"
 #: links beside ``promoted`` to the same names in the promoted version: the paths where earlier
 #: releases kept the model and its exports
 PASS_THROUGH = (LEGACY_MODEL, EXPORTS)
+log = logging.getLogger(__name__)
 HISTORY = "promotions.jsonl"
 #: a version's scores on the test sets, written by its evaluation (never read by the gate)
 EVALUATION_FILE = "evaluation.json"
@@ -187,6 +189,26 @@ def last_decision(history: list[dict[str, Any]], version_id: str) -> dict[str, A
 
 
 _SERVABLE_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _end_of_last_line(path: Path, size: int) -> int:
+    """The size of ``path`` up to and including its last newline (``size`` when it ends with
+    one, or is empty)."""
+    if size == 0:
+        return 0
+    with open(path, "rb") as handle:
+        position = size
+        while position > 0:
+            step = min(65536, position)
+            handle.seek(position - step)
+            block = handle.read(step)
+            if position == size and block.endswith(b"\n"):
+                return size
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                return position - step + newline + 1
+            position -= step
+    return 0
 
 
 def servable_id(version_id: str) -> bool:
@@ -336,12 +358,20 @@ class ModelRegistry:
         Raises:
             DamagedVersion: its bundle does not verify (nothing changed).
         """
+        return self.promote_decided(version_id, reason=reason, scores=scores)[0]
+
+    def promote_decided(
+        self, version_id: str, *, reason: str, scores: dict[str, Any] | None = None
+    ) -> tuple[Version, bool]:
+        """:meth:`promote`, and whether it changed anything, decided inside the lock (of two
+        promotions of one version at the same instant, one promotes and the other says it was
+        already promoted, never both)."""
         with self._locked():
             version = self.version(version_id)
             current = self.promoted()
             if current is not None and current.id == version.id:
-                return version
-            return self._promote(version, "promote", reason, scores)
+                return version, False
+            return self._promote(version, "promote", reason, scores), True
 
     def verify(self, version: Version) -> None:
         """Raise :class:`DamagedVersion` (one line) unless ``version``'s bundle verifies."""
@@ -431,28 +461,63 @@ class ModelRegistry:
         if verify:
             self.verify(version)
         current = self.promoted()
-        link = self.root / f".{PROMOTED}.tmp-{os.getpid()}"
-        link.unlink(missing_ok=True)
-        os.symlink(Path(VERSIONS) / version.id, link)
-        os.replace(link, self.root / PROMOTED)
-        for name in PASS_THROUGH:
-            if not (self.root / name).is_symlink():
-                link = self.root / f".{name}.tmp-{os.getpid()}"
-                link.unlink(missing_ok=True)
-                os.symlink(Path(PROMOTED) / name, link)
-                os.replace(link, self.root / name)
         previous = current.id if current is not None and current.id != version.id else None
         entry = {"action": action, "version": version.id, "previous": previous, "reason": reason}
-        self._append_history(entry, scores)
+        # recorded whole first (synced), then the link moved; a move that fails takes the
+        # record back: a promotion is in the history exactly when the link points at it
+        recorded = self._append_history(entry, scores)
+        try:
+            self._point(PROMOTED, Path(VERSIONS) / version.id)
+        except OSError as error:
+            self._truncate_history(recorded)
+            raise write_error(self.root / PROMOTED, error) from error
+        for name in PASS_THROUGH:
+            if not (self.root / name).is_symlink():
+                self._point(name, Path(PROMOTED) / name)
         return version
 
-    def _append_history(self, entry: dict[str, Any], scores: dict[str, Any] | None) -> None:
+    def _point(self, name: str, target: Path) -> None:
+        """Make the link ``name`` point at ``target``: a new link renamed over the old one."""
+        link = self.root / f".{name}.tmp-{os.getpid()}"
+        link.unlink(missing_ok=True)
+        try:
+            os.symlink(target, link)
+            os.replace(link, self.root / name)
+        finally:
+            link.unlink(missing_ok=True)
+
+    def _append_history(self, entry: dict[str, Any], scores: dict[str, Any] | None) -> int:
+        """Append ``entry`` as one synced line; returns the history's size before it. A last
+        line an older writer left unfinished is dropped first (with a warning), never appended
+        to; a write that fails (a full disk) takes back what it wrote and names the file."""
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry}
         if scores:
             entry["scores"] = scores
-        with open(self.root / HISTORY, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry, sort_keys=True) + "\n")
-            handle.flush()
+        path = self.root / HISTORY
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
+        try:
+            with open(path, "ab") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                whole = _end_of_last_line(path, size)
+                if whole != size:
+                    log.warning("%s: its last line was cut short (%d bytes): dropped", path,
+                                size - whole)  # fmt: skip
+                    handle.truncate(whole)
+                    size = whole
+                try:
+                    handle.write(line)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                except OSError:
+                    handle.truncate(size)
+                    raise
+        except OSError as error:
+            raise write_error(path, error) from error
+        return size
+
+    def _truncate_history(self, size: int) -> None:
+        with open(self.root / HISTORY, "r+b") as handle:
+            handle.truncate(size)
             os.fsync(handle.fileno())
 
     def adopt_legacy_bundle(self) -> Version | None:
