@@ -72,18 +72,17 @@ def test_the_retrain_scale_applies_unless_the_run_sets_the_rate(
     assert origin in merged.origins["lr"]
 
 
-def test_the_shared_data_registry_inherits_the_shipped_defaults() -> None:
+def test_the_shared_data_registry_has_the_shipped_defaults() -> None:
+    """The offline registry repeats the shipped [defaults] (the benchmarks and tests that copy
+    it rewrite them); they must not drift apart."""
     shipped = load_registry(ROOT / "assets" / "languages.toml")
     shared = load_registry(ROOT / "configs" / "languages-shared-data.toml")
-    text = (ROOT / "configs" / "languages-shared-data.toml").read_text()
-    assert not [line for line in text.splitlines() if line.startswith("[defaults")]
     for code in ("de", "en", "zh"):
         assert shared[code].training == shipped[code].training
         assert shared[code].filters == shipped[code].filters
         assert shared[code].sentencepiece == shipped[code].sentencepiece
         assert shared[code].promotion == shipped[code].promotion
         assert shared[code].retrain == shipped[code].retrain
-    assert shared["de"].training_origins["lr"].endswith("languages.toml [defaults.training]")
 
 
 @pytest.mark.parametrize(
