@@ -127,6 +127,13 @@ def _add_limit_arguments(serve) -> None:
             Limits.max_concurrent_requests,
             "embeddings requests in progress per server process (429 with Retry-After beyond)",
         ),
+        (
+            "--word-cache-bytes",
+            positive_int,
+            Limits.word_cache_bytes,
+            "memory of each server process's word caches, its models' together (words past it, "
+            "and words over 64 characters, go to sentencepiece uncached)",
+        ),
     ):
         serve.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
 

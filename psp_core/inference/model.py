@@ -20,6 +20,7 @@ from psp_core.inference.prefaulted_arrays import fresh_float32
 from psp_core.inference.word_vectors import DEFAULT_BUDGET_BYTES, WordVectors, extended_table
 from psp_core.models.bundle import BundleConfig, load_bundle, save_bundle
 from psp_core.tokenization.tokenizer import MAX_SENTENCE_CHARS, Tokenizer
+from psp_core.tokenization.word_piece_cache import DEFAULT_MAX_BYTES as DEFAULT_WORD_CACHE_BYTES
 
 if TYPE_CHECKING:
     import torch
@@ -416,6 +417,7 @@ def load_model(
     word_cache_size: int = 500_000,
     word_vector_bytes: int = DEFAULT_BUDGET_BYTES,
     workers: int = 1,
+    word_cache_bytes: int = DEFAULT_WORD_CACHE_BYTES,
 ) -> PSPModel:
     """Load a model bundle directory (validated; see :mod:`psp_core.models.bundle`).
 
@@ -435,6 +437,9 @@ def load_model(
             over distinct sentences it only probes (about as fast as sentencepiece alone), on
             sentences embedded again and again it serves nearly all of them, much faster
             (benchmarks/RESULTS.md#embed-corpus).
+        word_cache_bytes: the word cache's memory at most (an estimate of its words, their ids
+            and the words seen once; default 256 MiB); words over 64 characters are never
+            cached.
         word_vector_bytes: memory for the sums of piece vectors of cached words of several
             pieces, which ``embed`` averages over instead of their pieces
             (:mod:`psp_core.inference.word_vectors`; default 128 MiB; 0 turns the path off).
@@ -453,6 +458,7 @@ def load_model(
         max_length=config.max_length,
         num_threads=num_threads,
         word_cache_size=word_cache_size,
+        word_cache_bytes=word_cache_bytes,
     )
     return PSPModel(
         tokenizer,

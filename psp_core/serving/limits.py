@@ -33,6 +33,9 @@ class Limits:
     max_connections: int = 1024
     #: embeddings requests in progress in one process; beyond it 429 with ``Retry-After``
     max_concurrent_requests: int = 128
+    #: memory of one process's word caches, its models' together (what it remembers across
+    #: requests: words, their pieces and their vectors' sums; half each)
+    word_cache_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():

@@ -31,6 +31,7 @@ from psp_core.inference.model import PSPModel, load_model
 from psp_core.models.bundle import verify_bundle
 from psp_core.models.bundle_config import CONFIG_FILE, EMBEDDINGS_FILE, SPM_FILE, BundleError
 from psp_core.models.registry import PROMOTED, VERSIONS, ModelRegistry
+from psp_core.serving.limits import Limits
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +119,19 @@ class ModelSet:
     """The served models by name, reloaded when their promoted version changes; what stops a
     name from being served as promoted is in :meth:`problems`."""
 
-    def __init__(self, folders: dict[str, Path], *, num_threads: int = 1) -> None:
+    def __init__(
+        self,
+        folders: dict[str, Path],
+        *,
+        num_threads: int = 1,
+        word_cache_bytes: int = Limits.word_cache_bytes,
+    ) -> None:
         if not folders:
             raise ValueError("no models to serve")
         self.folders = {name: Path(path) for name, path in folders.items()}
         self.num_threads = num_threads
+        # the process's budget shared by its models (a swap briefly holds two of one name)
+        self.word_cache_bytes = max(1, word_cache_bytes // len(self.folders))
         self._served: dict[str, Served] = {}
         self._problems: dict[str, str] = {}
         #: per name, what was last checked (a version and its files) and the problem found: the
@@ -261,7 +270,12 @@ class ModelSet:
         current = self._served.get(name)
         started = time.perf_counter()
         files = file_states(bundle)  # before reading: a change while loading is seen next tick
-        model = load_model(bundle, num_threads=self.num_threads)
+        model = load_model(  # (half the budget for the words' pieces, half for their sums)
+            bundle,
+            num_threads=self.num_threads,
+            word_cache_bytes=self.word_cache_bytes // 2,
+            word_vector_bytes=self.word_cache_bytes // 2,
+        )
         model.embed(["warm up"])  # the first call's one-time costs, before any request
         served = Served(name, version, model, time.time(), bundle.resolve(), files)
         self._served[name] = served  # one assignment

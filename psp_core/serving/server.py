@@ -85,7 +85,11 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
     # threads, woken once per piece of a large request, would spin on the cores the other
     # requests need (benchmarks/RESULTS.md#serve-fairness)
     set_threads(1)
-    models = ModelSet(settings.folders, num_threads=settings.threads)
+    models = ModelSet(
+        settings.folders,
+        num_threads=settings.threads,
+        word_cache_bytes=settings.limits.word_cache_bytes,
+    )
 
     @asynccontextmanager
     async def lifespan(app):

@@ -21,7 +21,11 @@ import sentencepiece as spm
 
 from psp_core.tokenization.csr import TokenBatch
 from psp_core.tokenization.word_cache_policy import CachePolicy
-from psp_core.tokenization.word_piece_cache import WordPieceCache, word_independent
+from psp_core.tokenization.word_piece_cache import (
+    DEFAULT_MAX_BYTES,
+    WordPieceCache,
+    word_independent,
+)
 
 #: characters of a sentence that ``embed`` and ``psp embed`` read; a longer one is cut to them.
 #: Far past what a model reads (its ``max_length`` pieces, the paper's 100), and it bounds the
@@ -175,6 +179,8 @@ class Tokenizer:
             over a corpus with a rich vocabulary (the preparation chain;
             benchmarks/RESULTS.md#embed-speed). Even when on, blocks use it only while it pays
             for itself (:attr:`cache_policy`, :mod:`psp_core.tokenization.word_cache_policy`).
+        word_cache_bytes: the word cache's memory at most (its estimate); words over
+            ``MAX_CACHED_WORD_CHARS`` characters are never cached.
     """
 
     def __init__(
@@ -186,6 +192,7 @@ class Tokenizer:
         max_length: int = 100,
         num_threads: int = 1,
         word_cache_size: int = 0,
+        word_cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.processor = spm.SentencePieceProcessor()
         try:
@@ -203,7 +210,7 @@ class Tokenizer:
         # the same ids as Encode, faster once words recur (psp_core/tokenization/word_piece_cache.py)
         self.word_cache_lock = threading.Lock()
         self._words = (
-            WordPieceCache(self.processor, max_words=word_cache_size)
+            WordPieceCache(self.processor, max_words=word_cache_size, max_bytes=word_cache_bytes)
             if word_cache_size > 0 and word_independent(model_proto)
             else None
         )

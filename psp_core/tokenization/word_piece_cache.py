@@ -29,12 +29,16 @@ and the words made distinct by pyarrow (``utf8_split_whitespace``, whose whitesp
 ``str.isspace``, and ``dictionary_encode``), so only the batch's distinct words are looked up in a
 dict, and the batch's ids are gathered with numpy: no per-word or per-piece Python work (faster
 than ``str.split`` and a dict access per word; benchmarks/RESULTS.md#embed-speed). The cache
-holds at most ``max_words`` words, each cached on its second sighting (see ``_rows_of``).
+holds at most ``max_words`` words, each cached on its second sighting (see ``_rows_of``), and
+at most ``max_bytes`` of memory (an estimate of the words, their ids and their index entries,
+the words seen once included); a word longer than :data:`MAX_CACHED_WORD_CHARS` characters is
+never cached nor remembered: whatever texts a server is sent, the cache stays within its bounds.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Sequence
 from itertools import chain, repeat
 from typing import NamedTuple
@@ -43,6 +47,16 @@ import numpy as np
 
 from psp_core.tokenization.csr import TokenBatch, row_sums
 from psp_core.tokenization.sentencepiece_spec import _UNIGRAM, _USER_DEFINED, SentencePieceSpec
+
+#: the longest word the cache keeps (longer ones, rare in text, go to sentencepiece each time):
+#: with the byte budget, what keeps a stream of long unique "words" from growing the cache
+MAX_CACHED_WORD_CHARS = 64
+#: the cache's memory when none is given (the words, their ids, the index, the words seen once)
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: bytes of a cached word beside its string and ids: its index entry and its rows of the columns
+_ENTRY_BYTES = 160
+#: bytes of a word remembered as seen once, beside its string
+_SEEN_BYTES = 80
 
 #: a word whose two best segmentations score closer than this may segment differently inside a
 #: sentence (float rounding of the running Viterbi score): such words go to sentencepiece
@@ -182,11 +196,13 @@ class WordPieceCache:
     ``encode`` returns the same ids as ``processor.Encode(texts, out_type=int)``, flattened.
     """
 
-    def __init__(self, processor, max_words: int = 2_000_000) -> None:
+    def __init__(
+        self, processor, max_words: int = 2_000_000, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         import pyarrow.compute  # noqa: F401  (imported here, not on the first lookup)
 
         self.processor = processor
-        self.max_words = max_words
+        self.max_words, self.max_bytes = max_words, max_bytes
         hazards = _whitespace_hazards(processor)
         # an RE2 character class (pyarrow's regex engine) of the hazards, as \x{...} escapes
         self._hazard_pattern = (
@@ -208,6 +224,8 @@ class WordPieceCache:
         self._weight = _Column(np.float64, [0.0, 0.0])
         self._limit = _Column(np.float64, [np.inf, np.inf])  # the margin x 2**23
         self._seen: set[str] = set()  # words seen once and not cached
+        self.cached_bytes = 0  # the estimated memory of the cached words
+        self.seen_bytes = 0  # ... and of the words seen once
 
     def __len__(self) -> int:
         return len(self._index) - 1
@@ -232,6 +250,8 @@ class WordPieceCache:
         base = len(self._unsafe)
         self._index.update(zip(words, range(base, base + len(words)), strict=True))
         lengths = np.fromiter(map(len, best), dtype=np.int64, count=len(best))
+        self.cached_bytes += sum(map(sys.getsizeof, words)) + int(lengths.sum()) * 8
+        self.cached_bytes += _ENTRY_BYTES * len(words)
         self._offsets.extend(self._offsets.last() + np.cumsum(lengths))
         self._flat.extend(np.fromiter(chain.from_iterable(best), np.int64, int(lengths.sum())))
         self._unsafe.extend(unsafe)
@@ -274,19 +294,28 @@ class WordPieceCache:
         rows = np.array(list(map(self._index.get, words, repeat(-1))), dtype=np.int64)
         missing = np.flatnonzero(rows < 0)
         if len(missing):
-            seen = self._seen
-            worth = [words[i] for i in missing if counts[i] > 1 or words[i] in seen]
+            seen, longest = self._seen, MAX_CACHED_WORD_CHARS
+            short = [i for i in missing if len(words[i]) <= longest]  # (long ones: never kept)
+            worth = [words[i] for i in short if counts[i] > 1 or words[i] in seen]
             room = self.max_words - len(self)
-            if worth and room > 0:
+            if worth and room > 0 and self.cached_bytes < self.max_bytes:
                 worth = worth[:room]
                 self._add(worth)
                 seen.difference_update(worth)
-            if len(seen) > self.max_words:
+                self.seen_bytes = max(0, self.seen_bytes - self._seen_cost(worth))
+            if len(seen) > self.max_words or self.seen_bytes > self.max_bytes // 4:
                 seen.clear()
+                self.seen_bytes = 0
             get = self._index.get
             rows[missing] = [get(words[i], _UNCACHED) for i in missing]
-            seen.update(words[i] for i in missing if rows[i] == _UNCACHED)
+            new = [words[i] for i in short if rows[i] == _UNCACHED and words[i] not in seen]
+            seen.update(new)
+            self.seen_bytes += self._seen_cost(new)
         return rows
+
+    @staticmethod
+    def _seen_cost(words: list[str]) -> int:
+        return sum(map(sys.getsizeof, words)) + _SEEN_BYTES * len(words)
 
     def lookup(self, texts: Sequence[str]) -> WordRows:
         """Each text's words as rows of the table, and which texts sentencepiece must encode
@@ -319,8 +348,10 @@ class WordPieceCache:
         index, seen = self._index, self._seen
         words = [text.split() for text in texts]
         new = {word for word in chain.from_iterable(words) if word not in index} - seen
-        if len(seen) < self.max_words:
-            seen.update(new)
+        kept = [word for word in new if len(word) <= MAX_CACHED_WORD_CHARS]
+        if len(seen) < self.max_words and self.seen_bytes < self.max_bytes // 4:
+            seen.update(kept)
+            self.seen_bytes += self._seen_cost(kept)
         return sum(1 for text_words in words if new.isdisjoint(text_words))
 
     def encode(self, texts: Sequence[str]) -> TokenBatch:
