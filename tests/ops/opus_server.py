@@ -37,8 +37,10 @@ import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from tests.loopback_http import QuietHTTPServer
 
 _RANGE = re.compile(r"bytes=(\d+)-$")
 _VERSION_PART = re.compile(r"(\d+)|(\D+)")
@@ -140,7 +142,7 @@ class OpusServer:
         #: corpus -> the release ``version=latest`` selects (unset: the highest registered)
         self.latest_release: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd = QuietHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True

@@ -26,7 +26,7 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from importlib import metadata
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from psp_core import load_model
+from tests.loopback_http import QuietHTTPServer
 from tests.psp_core.cli_runs import command
 from tests.psp_core.fresh_venvs import link_distributions
 
@@ -153,7 +154,7 @@ def _http_server(folder: Path) -> Iterator[str]:
     """A loopback HTTP server of ``folder``'s files; yields its URL."""
     folder.mkdir()
     handler = partial(SimpleHTTPRequestHandler, directory=str(folder))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -9,7 +9,7 @@ import os
 import tarfile
 import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from psp_core.evaluation.data import (
     prepare_eval_data,
 )
 from psp_core.files.download import retrying_session
+from tests.loopback_http import QuietHTTPServer
 
 
 class FileServer:
@@ -69,7 +70,7 @@ class FileServer:
                     return
                 self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()

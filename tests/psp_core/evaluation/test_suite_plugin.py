@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Iterator, Mapping
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from psp_core.evaluation import (
 )
 from psp_core.evaluation.dev_suite import DevSuite
 from psp_core.evaluation.gate import decide
+from tests.loopback_http import QuietHTTPServer
 
 
 def _first_neighbour_error(model, pairs: list[tuple[str, str]]) -> float:
@@ -102,7 +103,7 @@ def served(tmp_path, toy) -> Iterator[str]:
     folder.mkdir()
     lines = "".join(f"{a}\t{b}\n" for a, b in toy.pairs(30, seed=11))
     (folder / "pairs-test.tsv").write_text(lines, encoding="utf-8")
-    server = ThreadingHTTPServer(
+    server = QuietHTTPServer(
         ("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(folder))
     )
     threading.Thread(target=server.serve_forever, daemon=True).start()
