@@ -16,6 +16,7 @@ scores, compared on the scoreboard and, with :attr:`~Suite.dev_files`, gated.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -102,8 +103,9 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-class Suite:
-    """An evaluation suite; subclass it, set the class attributes, override what differs."""
+class Suite(ABC):
+    """An evaluation suite; subclass it, set the class attributes, define :meth:`evaluate`,
+    override what differs."""
 
     #: the key of its result everywhere (``results.json``, ``--suites``, the Dagster config)
     name: ClassVar[str]
@@ -129,6 +131,10 @@ class Suite:
     #: dev score name -> file under the evaluation directory (development data: the promotion
     #: gate and the model selection score a version on it, with :meth:`dev_scorer`)
     dev_files: ClassVar[Mapping[str, str]] = {}
+    #: with :attr:`dev_files`, a method ``dev_scorer(path)``: a scorer of a model on one of them
+    #: (the file read once, the scorer called each epoch); :func:`register` refuses a suite
+    #: with dev files and no scorer
+    dev_scorer: Callable[[Path], Callable[[PSPModel], float]]
 
     # -- what runs ---------------------------------------------------------------------------
 
@@ -137,9 +143,9 @@ class Suite:
         whole); None: the suite does not apply to it."""
         return None
 
+    @abstractmethod
     def evaluate(self, model: PSPModel, run: SuiteRun) -> Any:
         """The suite's result for ``model`` (empty when nothing was found to evaluate)."""
-        raise NotImplementedError
 
     def empty(self) -> Any:
         """The result of a suite that did not run."""
@@ -153,10 +159,6 @@ class Suite:
     def evaluated(self, result: Any, dev: DevDataset) -> bool:
         """Whether ``result`` holds the dev set's row."""
         return False
-
-    def dev_scorer(self, path: Path) -> Callable[[PSPModel], float]:
-        """A scorer of ``model`` on one of :attr:`dev_files` (read once, called each epoch)."""
-        raise NotImplementedError(f"suite {self.name!r} has dev files but no dev_scorer")
 
     # -- how its result reads ----------------------------------------------------------------
 
@@ -255,6 +257,8 @@ def register(suite: type[Suite] | Suite) -> type[Suite] | Suite:
     """Add a suite to the registry (a class decorator, or called with an instance); the last
     one registered under a name replaces the earlier one."""
     instance = suite() if isinstance(suite, type) else suite
+    if instance.dev_files and not callable(getattr(instance, "dev_scorer", None)):
+        raise TypeError(f"suite {instance.name!r} has dev_files but no dev_scorer method")
     _REGISTRY[instance.name] = instance
     return suite
 

@@ -18,15 +18,10 @@ import socket
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 import tomllib
 import urllib.request
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from functools import partial
-from http.server import SimpleHTTPRequestHandler
 from importlib import metadata
 from pathlib import Path
 
@@ -37,7 +32,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from psp_core import load_model
-from tests.loopback_http import QuietHTTPServer
+from tests.loopback_http import serving_folder
 from tests.psp_core.cli_runs import command
 from tests.psp_core.fresh_venvs import link_distributions
 
@@ -149,21 +144,6 @@ def run_in(bin_dir: Path, program: str, *argv: str, cwd: Path) -> subprocess.Com
     )  # fmt: skip
 
 
-@contextmanager
-def _http_server(folder: Path) -> Iterator[str]:
-    """A loopback HTTP server of ``folder``'s files; yields its URL."""
-    folder.mkdir()
-    handler = partial(SimpleHTTPRequestHandler, directory=str(folder))
-    server = QuietHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -255,7 +235,8 @@ def test_each_extra_alone_runs_its_commands(
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads((out / "evaluate").read_text())["sts17"]["en-en"]["n"] == 40
         # a mirror that answers 404: the download's own error, not a missing module
-        with _http_server(tmp_path / "empty") as url:
+        (tmp_path / "empty").mkdir()
+        with serving_folder(tmp_path / "empty") as url:
             sources = tmp_path / "sources.json"
             sources.write_text(json.dumps({"x.zip": {"url": f"{url}/x.zip", "format": "stsb"}}))
             fetch = psp("fetch-eval-data", sources=sources)

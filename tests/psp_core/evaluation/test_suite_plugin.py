@@ -8,10 +8,7 @@ suite, not from the score's name."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator, Mapping
-from functools import partial
-from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +34,7 @@ from psp_core.evaluation import (
 )
 from psp_core.evaluation.dev_suite import DevSuite
 from psp_core.evaluation.gate import decide
-from tests.loopback_http import QuietHTTPServer
+from tests.loopback_http import serving_folder
 
 
 def _first_neighbour_error(model, pairs: list[tuple[str, str]]) -> float:
@@ -103,15 +100,8 @@ def served(tmp_path, toy) -> Iterator[str]:
     folder.mkdir()
     lines = "".join(f"{a}\t{b}\n" for a, b in toy.pairs(30, seed=11))
     (folder / "pairs-test.tsv").write_text(lines, encoding="utf-8")
-    server = QuietHTTPServer(
-        ("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(folder))
-    )
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_folder(folder) as url:
+        yield url
 
 
 @pytest.fixture()
@@ -177,3 +167,22 @@ def test_a_suite_defined_in_a_test_is_fetched_evaluated_shown_and_gated(
     assert set(dev) == {"pairs_dev"}
     assert not decide({"pairs_dev": dev["pairs_dev"] + 5}, dev, 1.0).promote
     assert decide({"pairs_dev": max(dev["pairs_dev"] - 5, 0.0)}, dev, 1.0).promote
+
+
+def test_a_suite_missing_what_it_needs_is_refused_when_registered() -> None:
+    class NoEvaluate(Suite):
+        name, title = "broken", "Broken"
+
+    with pytest.raises(TypeError, match="evaluate"):
+        register(NoEvaluate)
+
+    class DevWithoutScorer(Suite):
+        name, title = "broken", "Broken"
+        dev_files = {"broken_dev": "broken/dev.tsv"}
+
+        def evaluate(self, model, run):
+            return {}
+
+    with pytest.raises(TypeError, match="dev_files but no dev_scorer"):
+        register(DevWithoutScorer)
+    assert "broken" not in registered()
