@@ -56,6 +56,13 @@ def add_serve_parser(commands) -> None:
         help=f"server processes on the port, each with its own copy of the models (default "
         f"${WORKERS_ENV} or 1; one per core serves the most: docs/serving.md)",
     )
+    serve.add_argument(
+        "--worker-timeout",
+        type=positive_float,
+        default=30.0,
+        help="with --workers: seconds a worker may go without answering its supervisor before "
+        "it is killed and replaced (default 30)",
+    )
     _add_access_arguments(serve)
     _add_limit_arguments(serve)
     serve.set_defaults(handler=cmd_serve)
@@ -114,6 +121,13 @@ def _add_limit_arguments(serve) -> None:
             positive_float,
             Limits.request_timeout,
             "seconds to receive a request whole from its first byte (408 beyond)",
+        ),
+        (
+            "--send-timeout",
+            positive_float,
+            Limits.send_timeout,
+            "seconds an answer may wait for its client to read any of it (then the connection "
+            "is dropped)",
         ),
         (
             "--max-connections",
@@ -246,6 +260,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         host=args.host,
         port=args.port,
         threads=args.threads,
+        worker_timeout=args.worker_timeout,
         reload_interval=args.reload_interval,
         limits=limits,
         api_keys=keys,

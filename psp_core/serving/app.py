@@ -286,19 +286,17 @@ async def _answer(request: Request, models: ModelSet, limits: Limits) -> Respons
     body = await _json_body(request, limits.max_body_bytes)
     served, texts, dimensions, encoding = _parse(body, models, limits)
     pieces = _pieces(texts)
+    headers = {VERSION_HEADER: header_value(served.version)}
     if len(texts) <= INLINE_INPUTS and sum(map(len, texts)) <= INLINE_CHARACTERS:
         # a few short inputs take less time than the hop to a worker thread
         part, count = _piece(served, texts, 0, dimensions, encoding, True)
-        payload = _envelope([part], served.name, count)
     elif len(pieces) == 1:
         part, count = await run_in_threadpool(_piece, served, texts, 0, dimensions, encoding, True)
-        payload = _envelope([part], served.name, count)
     else:
-        payload = await _in_pieces(request, served, texts, pieces, dimensions, encoding)
+        vectors, count = await _in_pieces(request, served, texts, pieces, dimensions)
+        return StreamedAnswer(vectors, pieces, served.name, count, encoding, headers)
     return Response(
-        payload,
-        media_type="application/json",
-        headers={VERSION_HEADER: header_value(served.version)},
+        _envelope([part], served.name, count), media_type="application/json", headers=headers
     )
 
 
@@ -416,28 +414,71 @@ async def _in_pieces(
     texts: list[str],
     pieces: list[tuple[int, int]],
     dimensions: int | None,
-    encoding: str,
-) -> bytes:
-    """The response body of a large request, embedded and written a piece at a time in worker
-    threads; ClientDisconnect as soon as its client is gone (no more pieces started)."""
+) -> tuple[list[np.ndarray], int]:
+    """The unit vectors of a large request, a piece at a time in worker threads, and their piece
+    count; ClientDisconnect as soon as its client is gone (no more pieces started)."""
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         # the word cache's choice made once for the request: asked piece by piece, a piece no
         # larger than its probe would always go through the cache, paying off or not
         cached = await run_in_threadpool(_cache_rows, served, texts)
-        parts, count = [], 0
+        vectors, count = [], 0
         for start, stop in pieces:
             if gone.done():
                 raise ClientDisconnect()
             use_cache = start < cached[1] and stop > cached[0]
-            part, tokens = await run_in_threadpool(
-                _piece, served, texts[start:stop], start, dimensions, encoding, use_cache
+            piece, tokens = await run_in_threadpool(
+                _vectors, served, texts[start:stop], dimensions, start, use_cache=use_cache
             )
-            parts.append(part)
+            vectors.append(piece)
             count += tokens
-        return _envelope(parts, served.name, count)
+        return vectors, count
     finally:
         gone.cancel()
+
+
+class StreamedAnswer(Response):
+    """The answer of a large request, sent a piece at a time (chunked): the JSON of a piece is
+    made once the client has taken the previous ones (uvicorn's ``send`` waits while the
+    connection's write buffer is full), and its vectors are dropped once written. An answer its
+    client does not read thus holds its vectors and one piece's JSON, never its whole JSON, and
+    the connection's send timeout (connections.py) frees even that."""
+
+    media_type = "application/json"
+
+    def __init__(
+        self,
+        vectors: list[np.ndarray],
+        pieces: list[tuple[int, int]],
+        name: str,
+        count: int,
+        encoding: str,
+        headers: dict[str, str],
+    ) -> None:
+        self.status_code, self.background = 200, None
+        self.init_headers(headers)  # (no content-length: uvicorn sends it chunked)
+        self._vectors, self._starts = vectors, [start for start, _ in pieces]
+        self._name, self._count, self._encoding = name, count, encoding
+
+    async def __call__(self, scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        head, tail = _envelope_ends(self._name, self._count)
+        await send({"type": "http.response.body", "body": head, "more_body": True})
+        gone = asyncio.ensure_future(_disconnected_from(receive))
+        try:
+            for index, start in enumerate(self._starts):
+                if gone.done():  # (uvicorn drops what is sent to a closed connection)
+                    return
+                # an empty message: uvicorn's send returns once the client has taken enough of
+                # what was sent, so no piece's JSON is made before it can be sent
+                await send({"type": "http.response.body", "body": b"", "more_body": True})
+                vectors, self._vectors[index] = self._vectors[index], None
+                part = await run_in_threadpool(_rows, vectors, start, self._encoding, index > 0)
+                del vectors
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        finally:
+            gone.cancel()
 
 
 def _cache_rows(served: Served, texts: list[str]) -> tuple[int, int]:
@@ -450,7 +491,11 @@ def _cache_rows(served: Served, texts: list[str]) -> tuple[int, int]:
 
 async def _disconnected(request: Request) -> None:
     """Returns when the client of ``request`` (its body already read) hangs up."""
-    while (await request.receive())["type"] != "http.disconnect":
+    await _disconnected_from(request.receive)
+
+
+async def _disconnected_from(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
@@ -495,9 +540,10 @@ def _vectors(
     return vectors, int(len(tokens.ids))
 
 
-def _rows(vectors: np.ndarray, first_index: int, encoding: str) -> bytes:
+def _rows(vectors: np.ndarray, first_index: int, encoding: str, after: bool = False) -> bytes:
     """The JSON of the ``data`` items of ``vectors`` (numbered from ``first_index``), without
-    the list's brackets, so that the items of several pieces are joined by commas."""
+    the list's brackets, so that the items of several pieces are joined by commas (its first,
+    when ``after`` another piece)."""
     if encoding == "base64":
         little = vectors.astype("<f4", copy=False)
         rows = [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
@@ -510,23 +556,21 @@ def _rows(vectors: np.ndarray, first_index: int, encoding: str) -> bytes:
         ],
         option=orjson.OPT_SERIALIZE_NUMPY,
     )
-    return items[1:-1]
+    return (b"," if after else b"") + items[1:-1]
 
 
 def _envelope(parts: list[bytes], name: str, count: int) -> bytes:
     """The response body: the ``data`` items (:func:`_rows` of each piece, in order), the model
     and the usage."""
+    head, tail = _envelope_ends(name, count)
+    return b"".join([head, b",".join(parts), tail])
+
+
+def _envelope_ends(name: str, count: int) -> tuple[bytes, bytes]:
+    """What comes before the ``data`` items of the response body and what comes after them."""
     usage = orjson.dumps({"prompt_tokens": count, "total_tokens": count})
-    return b"".join(
-        [
-            b'{"object":"list","data":[',
-            b",".join(parts),
-            b'],"model":',
-            orjson.dumps(name),
-            b',"usage":',
-            usage,
-            b"}",
-        ]
+    return b'{"object":"list","data":[', b"".join(
+        [b'],"model":', orjson.dumps(name), b',"usage":', usage, b"}"]
     )
 
 

@@ -11,6 +11,9 @@ empty reply. This subclass adds, per connection:
   closed, as uvicorn already does after a response;
 * a request not received whole within ``request_timeout`` of its first byte gets 408 and the
   connection is closed;
+* an answer its client stops reading (the connection's send buffer full, none of it taken for
+  ``send_timeout``) is dropped with its connection: a client that never reads cannot hold the
+  memory of its answers;
 * beyond ``max_connections`` open in the process, a new connection gets 503 (with
   ``Retry-After``) and is closed at once, so the others are still served.
 
@@ -20,8 +23,12 @@ Each of these refusals is a JSON error in OpenAI's shape, as the app's own are.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import json
 import resource
+import socket
+import struct
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -75,6 +82,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = False
         self._request_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._unsent = 0  # what the send buffer held when the send timer was last set
+        self._held_answer = False  # whether an answer ever waited for this client to read
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         # uvicorn closes through this: a close while a request's body is still arriving (a
@@ -89,7 +99,49 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_request_timer()
+        if self._held_answer:  # a large answer's memory freed: the allocator may give it back
+            give_back_freed_memory(self.loop)
+        self._cancel_send_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:  # the send buffer is full: the client must take some
+        self._held_answer = True
+        super().pause_writing()
+        if self._send_timer is None:
+            self._set_send_timer()
+
+    def resume_writing(self) -> None:
+        self._cancel_send_timer()
+        super().resume_writing()
+
+    def _set_send_timer(self) -> None:
+        self._unsent = self.transport.get_write_buffer_size()
+        self._send_timer = self.loop.call_later(self.limits.send_timeout, self._send_timed_out)
+
+    def _cancel_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_timed_out(self) -> None:
+        """The client took nothing of its answer for ``send_timeout`` (it is still slowly reading
+        when some was taken: the wait starts again, as nginx's ``send_timeout`` does)."""
+        if self.transport.get_write_buffer_size() < self._unsent:
+            self._set_send_timer()
+            return
+        self._send_timer = None
+        self.logger.info(
+            "%s:%d - answer not read within %g s: connection dropped",
+            *(self.client or ("?", 0)),
+            self.limits.send_timeout,
+        )
+        # a reset, not a close: the system drops what it still holds of the answer (a close
+        # would have it sent on, however slowly the client takes it), as nginx's
+        # reset_timedout_connection does
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()  # (close() would wait to send the buffer first)
 
     def data_received(self, data: bytes) -> None:
         # (uvicorn's own, with the limits; a broken limit is not logged as an invalid request)
@@ -237,3 +289,33 @@ class _DrainingTransport:
             self._timer.cancel()
             self._timer = None
         self._transport.close()
+
+
+#: seconds between two requests to the allocator to give freed memory back to the system
+TRIM_DELAY = 1.0
+_trim_pending: list[asyncio.TimerHandle] = []
+
+
+def give_back_freed_memory(loop: asyncio.AbstractEventLoop) -> None:
+    """Ask glibc's allocator, once within :data:`TRIM_DELAY`, to return the free memory it keeps
+    to the system (``malloc_trim``): the large answers of a process's connections are freed in
+    its worker threads' arenas, which glibc otherwise keeps for the next requests. Nothing where
+    the C library is not glibc."""
+    if _trim_pending or _malloc_trim is None:
+        return
+    _trim_pending.append(loop.call_later(TRIM_DELAY, _trim))
+
+
+def _trim() -> None:
+    _trim_pending.clear()
+    _malloc_trim(0)
+
+
+def _glibc_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to ask
+        return None
+
+
+_malloc_trim = _glibc_malloc_trim()

@@ -29,6 +29,9 @@ class Limits:
     #: seconds from a request's first byte to its last (408 and closed beyond: a slow sender
     #: cannot hold a connection)
     request_timeout: float = 30.0
+    #: seconds an answer may wait for its client to take any of it, once the connection's send
+    #: buffer is full (then the connection is dropped, with what it still held)
+    send_timeout: float = 30.0
     #: open connections of one process; beyond it a new one is answered 503 and closed at once
     max_connections: int = 1024
     #: embeddings requests in progress in one process; beyond it 429 with ``Retry-After``

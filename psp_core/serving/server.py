@@ -3,7 +3,9 @@
 Each process builds the same app (:func:`serving_app`): its own copy of the models, watched for
 promotions from the app's start to its end. With ``--workers N`` every worker listens on a
 socket of its own with ``SO_REUSEPORT``, so the kernel spreads new connections over them. The
-supervisor (the process ``psp serve`` started) replaces a worker that dies after it served; one
+supervisor (the process ``psp serve`` started) replaces a worker that dies after it served, and
+kills and replaces one whose event loop stops beating for ``--worker-timeout`` seconds (stopped,
+or stuck: its share of new connections would hang); one
 that fails before it ever served stops the server with that worker's error, as one line (the
 next would fail the same way: no restart loop). SIGTERM or SIGINT to the supervisor stops every
 worker gracefully, then the supervisor ends as the signal asks (``psp`` exits 143 or 130).
@@ -29,6 +31,7 @@ first takes a burst of keep-alive connections and keeps them, so separate socket
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import multiprocessing
 import os
@@ -36,6 +39,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -70,6 +74,9 @@ class ServeSettings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     #: origins whose browser pages may call the API (CORS); none: no CORS headers
     cors_origins: tuple[str, ...] = ()
+    #: with --workers: seconds a worker's event loop may go without a heartbeat before the
+    #: supervisor kills it and starts another (as gunicorn's ``--timeout``)
+    worker_timeout: float = 30.0
 
 
 def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None = None):
@@ -204,20 +211,7 @@ def _run_workers(settings: ServeSettings, workers: int) -> None:
     try:
         while not stopping.wait(0.5):
             for index, worker in enumerate(running):
-                if worker.process.is_alive():
-                    continue
-                if not worker.served():  # it never served: the next one would fail the same way
-                    raise WorkerFailed(
-                        worker.error
-                        or f"psp serve worker {worker.process.pid} exited "
-                        f"({worker.process.exitcode}) before it served: see its error above"
-                    )
-                log.warning(
-                    "psp serve worker %s exited (%s): replaced",
-                    worker.process.pid,
-                    worker.process.exitcode,
-                )
-                running[index] = _Worker.start(context, settings, level)
+                running[index] = _kept_or_replaced(worker, context, settings, level)
     finally:
         for worker in running:
             worker.process.terminate()  # uvicorn's graceful shutdown: requests in flight end
@@ -232,6 +226,33 @@ def _run_workers(settings: ServeSettings, workers: int) -> None:
         signal.raise_signal(received[0])
 
 
+def _kept_or_replaced(worker: _Worker, context, settings: ServeSettings, level: int) -> _Worker:
+    """``worker`` while it serves; a new worker in place of one that ended after it served, or
+    that stopped beating (killed first); :class:`WorkerFailed` for one that ended before it
+    ever served (the next would fail the same way: no restart loop)."""
+    if worker.process.is_alive():
+        if not worker.hung(settings.worker_timeout):
+            return worker
+        log.warning(
+            "psp serve worker %s did not answer for %g s (--worker-timeout): killed and replaced",
+            worker.process.pid,
+            settings.worker_timeout,
+        )
+        worker.process.kill()  # (SIGKILL ends a stopped process too)
+        worker.process.join(10)
+    elif not worker.served():
+        raise WorkerFailed(
+            worker.error
+            or f"psp serve worker {worker.process.pid} exited ({worker.process.exitcode}) "
+            "before it served: see its error above"
+        )
+    else:
+        log.warning(
+            "psp serve worker %s exited (%s): replaced", worker.process.pid, worker.process.exitcode
+        )
+    return _Worker.start(context, settings, level)
+
+
 @dataclass
 class _Worker:
     """A worker process, the pipe on which it says once whether it serves (None) or why it
@@ -240,19 +261,28 @@ class _Worker:
     process: Any
     reader: Any
     lifeline: Any
+    #: when the worker's event loop last ran (``time.monotonic()``, the same clock in every
+    #: process), in memory shared with it
+    heartbeat: Any
     outcome: tuple | None = None
 
     @classmethod
     def start(cls, context, settings: ServeSettings, level: int) -> _Worker:
         reader, writer = context.Pipe(duplex=False)
         watched, lifeline = context.Pipe(duplex=False)
+        heartbeat = context.Value("d", 0.0, lock=False)  # (one writer: no lock needed)
         process = context.Process(
-            target=_worker, args=(settings, writer, watched, level), daemon=True
+            target=_worker, args=(settings, writer, watched, heartbeat, level), daemon=True
         )
         process.start()
         writer.close()  # the child's copies are the ones it uses: its end closes at its death,
         watched.close()  # and ours (lifeline, kept open) at ours
-        return cls(process, reader, lifeline)
+        return cls(process, reader, lifeline, heartbeat)
+
+    def hung(self, timeout: float) -> bool:
+        """Whether the worker serves but its event loop has not run for ``timeout`` seconds
+        (stopped, or stuck in code that never yields)."""
+        return self.served() and time.monotonic() - self.heartbeat.value > timeout
 
     def _read(self) -> None:
         if self.outcome is None and self.reader.poll():
@@ -271,10 +301,10 @@ class _Worker:
         return self.outcome[1] if self.outcome is not None else None
 
 
-def _worker(settings: ServeSettings, ready, supervisor, level: int) -> None:
-    """One worker process: its own socket on the shared port, uvicorn serving the app. What
-    stops it from serving is sent to the supervisor as one line (no traceback for the errors
-    ``psp`` reports as one line)."""
+def _worker(settings: ServeSettings, ready, supervisor, heartbeat, level: int) -> None:
+    """One worker process: its own socket on the shared port, uvicorn serving the app, its
+    event loop beating ``heartbeat`` while it serves. What stops it from serving is sent to the
+    supervisor as one line (no traceback for the errors ``psp`` reports as one line)."""
     import uvicorn
 
     from psp_core.models.bundle_config import BundleError
@@ -286,7 +316,12 @@ def _worker(settings: ServeSettings, ready, supervisor, level: int) -> None:
     _end_with_supervisor(supervisor)
     try:
         sock = _socket(settings.host, settings.port, reuse_port=True)
-        app = serving_app(settings, on_serving=lambda: ready.send(None))
+
+        def on_serving() -> None:
+            _beat(heartbeat, asyncio.get_running_loop(), settings.worker_timeout / 4)
+            ready.send(None)
+
+        app = serving_app(settings, on_serving=on_serving)
     except (BundleError, OSError, ValueError) as error:
         ready.send(_one_line(error))
         sys.exit(2)
@@ -299,6 +334,13 @@ def _worker(settings: ServeSettings, ready, supervisor, level: int) -> None:
     # released, not reported leaked by the resource tracker)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _beat(heartbeat, loop: asyncio.AbstractEventLoop, interval: float) -> None:
+    """Write the time into ``heartbeat`` now and every ``interval`` seconds from ``loop``: the
+    beats stop when the loop stops running."""
+    heartbeat.value = time.monotonic()
+    loop.call_later(min(interval, 1.0), _beat, heartbeat, loop, interval)
 
 
 def _end_with_supervisor(supervisor) -> None:

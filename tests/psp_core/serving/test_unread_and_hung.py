@@ -1,0 +1,122 @@
+"""What a client that never reads, and a worker that stops answering, may cost ``psp serve``: an
+answer nobody reads is written with back-pressure and dropped after ``--send-timeout`` (the
+worker's memory bounded meanwhile and given back after), and a worker whose event loop stops
+(``kill -STOP``) is killed and replaced by the supervisor after ``--worker-timeout``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import random_model
+from tests.psp_core.serving.test_hostile_clients import Running
+from tests.psp_core.serving.test_supervisor import gone, worker_pids
+
+DIM = 1024  # (a paper-sized vector: a maximum answer is tens of megabytes of JSON)
+CLIENTS = 12
+SEND_TIMEOUT = 2.0
+
+
+def maximum_request(toy) -> bytes:
+    """A request of 2,048 inputs (the default --max-inputs), sent whole on a raw socket."""
+    texts = [" ".join(pair) for pair in toy.pairs(2048)]
+    body = json.dumps({"model": "de", "input": texts}).encode()
+    head = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def non_reader(port: int, request: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (takes little of the answer)
+    sock.sendall(request)
+    return sock
+
+
+def cut_short(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server ended the connection before the end of its answer: what it sent
+    (the part its system had taken before it gave up) is read until the connection ends."""
+    sock.settimeout(seconds)
+    received = bytearray()
+    try:
+        while chunk := sock.recv(1 << 20):
+            received += chunk
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False  # (still open)
+    return received.startswith(b"HTTP/1.1 200") and not received.endswith(b"}\r\n0\r\n\r\n")
+
+
+@pytest.mark.slow
+def test_answers_nobody_reads_are_bounded_and_given_up_after_the_send_timeout(
+    tmp_path, tokenizer, toy
+):
+    bundle = random_model(tokenizer, dim=DIM).save(tmp_path / "bundle")
+    server = Running(bundle, "--send-timeout", str(SEND_TIMEOUT))
+    request = maximum_request(toy)
+    try:
+        before, peaks, afters = server.rss_mb(), [], []
+        for _ in range(2):  # the same again: nothing more is kept
+            clients = [non_reader(server.port, request) for _ in range(CLIENTS)]
+            peak, held_since = 0.0, time.monotonic()
+            # (the answers are made, the clients take none for the timeout, the allocator is
+            # asked to give the memory back a second later)
+            while time.monotonic() - held_since < 3 * SEND_TIMEOUT + 2:
+                peak = max(peak, server.rss_mb())
+                time.sleep(0.1)
+            peaks.append(peak - before)
+            afters.append(server.rss_mb() - before)
+            assert all(cut_short(sock, 10) for sock in clients)
+            for sock in clients:
+                sock.close()
+        # whole, the JSON of these answers would hold over 700 MB for as long as the clients
+        # stay; streamed, each holds its vectors and a piece at most (docs/serving.md)
+        assert max(peaks) < CLIENTS * 35, (before, peaks, afters)
+        assert max(afters) < CLIENTS * 20, (before, peaks, afters)
+        assert afters[1] - afters[0] < 40, (before, peaks, afters)
+        # and a client that reads gets the whole answer, the same vectors as a small request's
+        texts = [" ".join(pair) for pair in toy.pairs(600)]
+        large = httpx.post(
+            f"{server.url}/v1/embeddings", json={"model": "de", "input": texts}, timeout=60
+        )
+        small = httpx.post(
+            f"{server.url}/v1/embeddings", json={"model": "de", "input": texts[-3:]}, timeout=60
+        )
+        assert large.status_code == small.status_code == 200
+        rows = [item["embedding"] for item in large.json()["data"]]
+        assert [item["index"] for item in large.json()["data"]] == list(range(600))
+        np.testing.assert_allclose(
+            rows[-3:], [item["embedding"] for item in small.json()["data"]], atol=1e-6
+        )
+    finally:
+        err = server.stop()
+    assert err.count(f"not read within {SEND_TIMEOUT:g} s") == 0  # (logged at info only)
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_with_sigstop_is_killed_and_replaced(tmp_path, model):
+    server = Running(model.save(tmp_path / "bundle"), "--workers", "2", "--worker-timeout", "2")
+    try:
+        first = worker_pids(server)
+        stopped = min(first)
+        os.kill(stopped, signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not gone(stopped):
+            time.sleep(0.2)
+        assert gone(stopped), "the stopped worker is still there"
+        answered = worker_pids(server)  # a new worker beside the one left
+        assert stopped not in answered and len(answered - first) == 1
+        for _ in range(40):  # every new connection answered: none reaches the stopped worker
+            assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+    finally:
+        err = server.stop()
+    (line,) = [x for x in err.splitlines() if "did not answer" in x]
+    assert f" {stopped} did not answer for 2 s (--worker-timeout): killed and replaced" in line
+    assert "Traceback" not in err
