@@ -4,7 +4,9 @@ Unread answers: ``--clients`` connections each send one maximum request (2,048 o
 sentences, JSON floats) to one server process serving the ``embed_corpus.py`` bundle shape
 (vocabulary 20k, dim 1024), and read nothing (a 4 KiB receive buffer); the server's resident
 memory is sampled until three send timeouts have passed: the peak above the idle server's, what
-is left after, and whether each connection was cut before its answer's end. Then the same again
+is left after (above the idle server's, and above the server's once it answered three such
+requests to a client that read them: warmed caches and allocator), and whether each connection was cut
+before its answer's end. Then the same again
 (a second round must keep nothing more). ``--code DIR`` runs the server from another checkout
 (the code before a change; a server without ``--send-timeout`` keeps the connections, which
 are closed by the clients at the end of the round).
@@ -12,6 +14,9 @@ are closed by the clients at the end of the round).
 Hung worker: ``--workers 2 --worker-timeout T``; one worker stopped with SIGSTOP; the seconds
 until the supervisor says it replaced it, and whether the next 50 new connections are all
 answered.
+
+Arrow's pool: the word cache's split of a request's texts with pyarrow's own pool (mimalloc) and
+with malloc, which the server chooses (its freed memory can be given back).
 
 Prints one JSON object on stdout; logs go to stderr.
 """
@@ -110,6 +115,7 @@ def unread_rounds(args, code: Path, bundle: Path, sentences: list[str]) -> dict:
     )
     try:
         idle = rss_mb(process.pid)
+        warm = _after_one_answer_read(port, body, process.pid)
         rounds = []
         for _ in range(args.rounds):
             clients = []
@@ -131,15 +137,35 @@ def unread_rounds(args, code: Path, bundle: Path, sentences: list[str]) -> dict:
                 {
                     "peak_mb_above_idle": round(peak - idle),
                     "mb_above_idle_after_3_timeouts": round(held - idle),
+                    "mb_above_warm_after_3_timeouts": round(held - warm),
                     "mb_above_idle_after_clients_closed": round(rss_mb(process.pid) - idle),
                     "connections_cut_by_the_server": cut,
                 }
             )
             log.info("unread round: %s", rounds[-1])
-        return {"send_timeout_flag": bool(flags), "idle_mb": round(idle), "rounds": rounds}
+        return {
+            "send_timeout_flag": bool(flags),
+            "idle_mb": round(idle),
+            "warm_mb": round(warm),
+            "rounds": rounds,
+        }
     finally:
         process.terminate()
         process.wait(60)
+
+
+def _after_one_answer_read(port: int, body: bytes, pid: int) -> float:
+    """The server's memory (MB) once it has answered a maximum request three times to a client
+    that read it all: its word cache (which keeps a word seen again) and allocator warmed, what
+    served requests leave."""
+    import httpx
+
+    headers = {"Content-Type": "application/json"}
+    for _ in range(3):
+        url = f"http://127.0.0.1:{port}/v1/embeddings"
+        httpx.post(url, content=body, headers=headers, timeout=120).raise_for_status()
+    time.sleep(2)
+    return rss_mb(pid)
 
 
 def hung_worker(args, bundle: Path) -> dict:
@@ -175,6 +201,42 @@ def hung_worker(args, bundle: Path) -> dict:
         process.wait(60)
 
 
+SPLIT_TIMING = """
+import json, sys, time
+from psp_core.tokenization.word_piece_cache import _split_words
+sentences, seconds = json.load(sys.stdin), float(sys.argv[1])
+for _ in range(20):
+    _split_words(sentences)
+rates = []
+for _ in range(5):
+    started, done = time.perf_counter(), 0
+    while time.perf_counter() - started < seconds:
+        _split_words(sentences)
+        done += len(sentences)
+    rates.append(done / (time.perf_counter() - started))
+print(sorted(rates)[2])
+"""
+
+
+def split_by_pool(sentences: list[str], seconds: float) -> dict:
+    """What the server's choice of pyarrow pool costs the word cache's split of a request's texts
+    (batches of 64 and of 2,048 sentences, each pool in a fresh process; median of 5 timings)."""
+    rates = {}
+    for pool in ("mimalloc", "system"):
+        for size in (64, 2048):
+            done = subprocess.run(
+                [sys.executable, "-c", SPLIT_TIMING, str(seconds)],
+                input=json.dumps(sentences[:size]),
+                env={**os.environ, "ARROW_DEFAULT_MEMORY_POOL": pool},
+                cwd=_common.REPO_ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            rates[f"{pool}_batch{size}_sentences_per_second"] = round(float(done.stdout))
+    return rates
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _common.add_data_arguments(parser)
@@ -192,7 +254,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.clients, args.inputs, args.rounds = 3, 300, 1
-        args.send_timeout, args.worker_timeout = 0.5, 1.0
+        args.send_timeout, args.worker_timeout = 1.0, 1.0
     _common.setup_logging()
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if _common.require_data(args.data_dir, "bitext", "en-de") is None:
@@ -209,6 +271,7 @@ def main(argv=None) -> None:
             "machine": _common.machine_info(),
             "unread_answers": unread_rounds(args, args.code.resolve(), bundle, sentences),
             "hung_worker": hung_worker(args, bundle),
+            "word_split_by_arrow_pool": split_by_pool(sentences, 0.2 if args.quick else 1.0),
             "loadavg_at_end": _common.loadavg(),
         }
     )

@@ -58,10 +58,10 @@ def add_serve_parser(commands) -> None:
     )
     serve.add_argument(
         "--worker-timeout",
-        type=positive_float,
+        type=seconds_at_least(MIN_TIMEOUT),
         default=30.0,
         help="with --workers: seconds a worker may go without answering its supervisor before "
-        "it is killed and replaced (default 30)",
+        f"it is killed and replaced, at least {MIN_TIMEOUT:g} (default 30)",
     )
     _add_access_arguments(serve)
     _add_limit_arguments(serve)
@@ -124,10 +124,10 @@ def _add_limit_arguments(serve) -> None:
         ),
         (
             "--send-timeout",
-            positive_float,
+            seconds_at_least(MIN_TIMEOUT),
             Limits.send_timeout,
-            "seconds an answer may wait for its client to read any of it (then the connection "
-            "is dropped)",
+            "seconds an answer may wait for its client to read any of it, at least 1 (then the "
+            "connection is dropped)",
         ),
         (
             "--max-connections",
@@ -158,14 +158,25 @@ MIN_RELOAD_INTERVAL = 0.1
 _ORIGIN = re.compile(r"^(https?)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$")
 
 
-def reload_interval(text: str) -> float:
-    """An argparse ``type``: seconds between promotion checks, finite, at least the minimum."""
-    value = positive_float(text)
-    if value < MIN_RELOAD_INTERVAL:
-        raise argparse.ArgumentTypeError(
-            f"must be at least {MIN_RELOAD_INTERVAL:g} (seconds), got {text}"
-        )
-    return value
+#: the shortest --worker-timeout and --send-timeout: a worker beats four times a timeout, and
+#: an answer shorter-lived than a second would be dropped for an ordinary network's pause
+MIN_TIMEOUT = 1.0
+
+
+def seconds_at_least(minimum: float):
+    """An argparse ``type``: a finite number of seconds, at least ``minimum``."""
+
+    def seconds(text: str) -> float:
+        value = positive_float(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum:g} (seconds), got {text}")
+        return value
+
+    seconds.__name__ = "seconds"  # argparse names the type in its message for a bad value
+    return seconds
+
+
+reload_interval = seconds_at_least(MIN_RELOAD_INTERVAL)
 
 
 def cors_origin(text: str) -> str:

@@ -167,12 +167,26 @@ def uvicorn_config(app, settings: ServeSettings, **options):
     )
 
 
+def allocate_arrow_from_malloc() -> None:
+    """Have pyarrow (the word cache splits texts with it) allocate from the C library's malloc
+    in this process: its own default pool keeps what a burst of requests freed in each thread's
+    heap, while malloc's free memory is given back when a large answer ends (connections.py; see
+    benchmarks/RESULTS.md#serve-memory). An operator's own ``ARROW_DEFAULT_MEMORY_POOL``
+    stands."""
+    if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
+        return
+    import pyarrow
+
+    pyarrow.set_memory_pool(pyarrow.system_memory_pool())
+
+
 def serve(settings: ServeSettings, workers: int = 1) -> None:
     """Serve until SIGINT or SIGTERM (uvicorn's graceful shutdown: requests in flight end)."""
     log_with_pid(logging.getLogger().getEffectiveLevel())
     if workers > 1:
         _run_workers(settings, workers)
         return
+    allocate_arrow_from_malloc()
     import uvicorn
 
     config = uvicorn_config(serving_app(settings), settings, host=settings.host, port=settings.port)
@@ -310,6 +324,7 @@ def _worker(settings: ServeSettings, ready, supervisor, heartbeat, level: int) -
     from psp_core.models.bundle_config import BundleError
 
     log_with_pid(level)
+    allocate_arrow_from_malloc()
     # Ctrl-C reaches the whole process group: the supervisor alone acts on it, stopping every
     # worker (uvicorn takes SIGINT back while it serves, to stop gracefully)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

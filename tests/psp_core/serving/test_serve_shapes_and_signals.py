@@ -31,6 +31,10 @@ from tests.psp_core.serving.test_hostile_clients import (  # noqa: E402 (after t
         ("--reload-interval", "-1", "above 0"),
         ("--reload-interval", "nan", "above 0"),
         ("--reload-interval", "1e-9", "at least 0.1"),
+        ("--worker-timeout", "1e-9", "at least 1"),
+        ("--worker-timeout", "inf", "finite"),
+        ("--send-timeout", "0.01", "at least 1"),
+        ("--send-timeout", "-5", "above 0"),
         ("--threads", "0", "at least 1"),
         ("--request-timeout", "inf", "finite"),
         ("--cors-origin", "https://app.example.com/", "no path"),
@@ -211,3 +215,26 @@ def test_health_says_degraded_while_embeddings_requests_fail(served, monkeypatch
     broken["on"] = False
     assert client.post("/v1/embeddings", json=embed_body("hi")).status_code == 200
     assert client.get("/health").json()["status"] == "ok"
+
+
+def test_every_serve_flag_is_in_the_docs_and_every_limit_in_the_limits_table():
+    import dataclasses
+    from pathlib import Path
+
+    from psp_core.cli.main import build_parser
+    from psp_core.serving.limits import Limits
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command")
+    flags = {
+        option
+        for action in commands.choices["serve"]._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help"
+    }
+    docs = (Path(__file__).parents[3] / "docs" / "serving.md").read_text()
+    assert sorted(flag for flag in flags if flag not in docs) == []
+    rows = [line for line in docs.splitlines() if line.startswith("| `--")]
+    for field in dataclasses.fields(Limits):
+        flag = "--" + field.name.replace("_", "-")
+        assert flag in flags, flag  # (each limit is a flag)
+        assert [row for row in rows if row.startswith(f"| `{flag}`")], f"{flag}: no table row"
