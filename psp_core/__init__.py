@@ -14,15 +14,9 @@ The names below are imported on first use (PEP 562), so that ``import psp_core.t
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
 from psp_core.lazy_exports import lazy_exports
-
-try:
-    __version__ = _metadata.version("psp-pipeline")
-except _metadata.PackageNotFoundError:  # a checkout on the path, never installed
-    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from psp_core.inference.model import PSPModel, load_model
@@ -41,6 +35,7 @@ if TYPE_CHECKING:
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "__version__": "psp_core.version",  # (importlib.metadata is slow to import: on first use)
     "BundleConfig": "psp_core.models.bundle",
     "BundleError": "psp_core.models.bundle",
     "NonFiniteLossError": "psp_core.training",

@@ -1,7 +1,5 @@
 """``python -m psp_core.cli``: the ``psp`` command (what ``torchrun -m`` starts)."""
 
-import sys
+from psp_core.cli.entry import run
 
-from psp_core.cli.main import main
-
-sys.exit(main())
+run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 
@@ -25,3 +26,10 @@ def one_line(error: Exception) -> str:
         names = f"{error.filename} -> {error.filename2}" if error.filename2 else error.filename
         return f"{names}: {error.strerror}"
     return str(error)
+
+
+def stopped_line(signum: int) -> str:
+    """What ``psp`` prints when a signal stops it (exit status 128 + the signal's number)."""
+    if signum == signal.SIGINT:
+        return "psp: interrupted (Ctrl-C)"
+    return f"psp: stopped by {signal.Signals(signum).name}"

@@ -14,7 +14,7 @@ from signal import SIGHUP, SIGINT, SIGTERM
 import psp_core
 from psp_core.cli.bundles import add_export_parser, add_info_parser
 from psp_core.cli.embed import add_embed_parser
-from psp_core.cli.errors import CliError, one_line
+from psp_core.cli.errors import CliError, one_line, stopped_line
 from psp_core.cli.evaluate import add_evaluate_parser, add_fetch_eval_data_parser
 from psp_core.cli.mine import add_mine_parser
 from psp_core.cli.models import add_models_parser
@@ -84,11 +84,19 @@ def _raise_terminated(signum: int, frame) -> None:
 
 @contextmanager
 def _signals_raise():
-    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread while the block runs."""
+    """SIGTERM and SIGHUP raise :class:`Terminated`, and SIGINT ``KeyboardInterrupt``, in the
+    main thread while the block runs; a signal ignored by whoever started the process (``nohup``,
+    a background job's Ctrl-C) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (SIGTERM, SIGHUP)}
+    raising = {SIGTERM: _raise_terminated, SIGHUP: _raise_terminated}
+    raising[SIGINT] = signal.default_int_handler
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig, handler in raising.items()
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     try:
         yield
     finally:
@@ -104,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:  # (torch logs its caches' statistics at exit, at info)
+        logging.getLogger("torch").setLevel(logging.WARNING)
     try:
         with _signals_raise():
             args.handler(args)
@@ -112,11 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         abandon_stdout()
         return 1
     except KeyboardInterrupt:
-        print("psp: interrupted (Ctrl-C)", file=sys.stderr)
+        print(stopped_line(SIGINT), file=sys.stderr)
         return 128 + SIGINT  # 130, as shells report Ctrl-C
     except Terminated as stop:
-        name = signal.Signals(stop.signum).name
-        print(f"psp: stopped by {name}", file=sys.stderr)
+        print(stopped_line(stop.signum), file=sys.stderr)
         return 128 + stop.signum
     except user_errors() as error:
         print(f"psp: error: {one_line(error)}", file=sys.stderr)

@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -242,8 +243,11 @@ def _files(root: Path):
 # --- Ctrl-C, SIGTERM and kill -9 in the middle of psp embed -------------------------------------
 
 
-def _embed_until_writing(tmp_path: Path, bundle: Path, inputs) -> tuple[subprocess.Popen, Path]:
-    """``psp embed`` of 300,000 lines, returned once its temporary output exists."""
+def _embed_started(
+    tmp_path: Path, bundle: Path, inputs, preexec_fn=default_sigint
+) -> tuple[subprocess.Popen, Path]:
+    """``psp embed`` of 300,000 lines, just started (by default taking Ctrl-C: psp would
+    otherwise finish in a background test run)."""
     big = tmp_path / "big.txt"
     big.write_text(inputs["sentences"].read_text() * 3750)
     output = tmp_path / "out" / "vectors.npy"
@@ -253,8 +257,16 @@ def _embed_until_writing(tmp_path: Path, bundle: Path, inputs) -> tuple[subproce
         stderr=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,  # (psp would otherwise finish in a background test run)
+        preexec_fn=preexec_fn,
     )
+    return process, output
+
+
+def _embed_until_writing(
+    tmp_path: Path, bundle: Path, inputs, preexec_fn=default_sigint
+) -> tuple[subprocess.Popen, Path]:
+    """``psp embed`` of 300,000 lines, returned once its temporary output exists."""
+    process, output = _embed_started(tmp_path, bundle, inputs, preexec_fn)
     deadline = time.monotonic() + 60
     while not any(".tmp-" in name for name in _names(output.parent)):
         assert process.poll() is None, process.communicate()
@@ -286,6 +298,52 @@ def test_a_stopped_embed_says_one_line_and_removes_its_temporary(
     assert "Traceback" not in err and err.strip().splitlines()[-1] == line, err
     assert [e for e in err.splitlines() if e.startswith("psp:")] == [line]
     assert not output.parent.exists()  # its temporary gone, and the folder made for it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, after",
+    [(signal.SIGTERM, 0.05), (signal.SIGTERM, 0.2), (signal.SIGTERM, 0.5), (signal.SIGTERM, 1.0)]
+    + [(signal.SIGINT, 0.2), (signal.SIGHUP, 0.2)],
+)
+def test_a_stop_at_any_instant_from_start_up_on_is_one_line_and_leaves_nothing(
+    tmp_path, bundle, inputs, sig, after
+):
+    """From the console script's first line: during the imports, the model's loading, the first
+    write and the end (a signal during the interpreter's own start, before any of psp's code
+    runs, ends it as the system's default does)."""
+    process, output = _embed_started(tmp_path, bundle, inputs, _default_stop_signals)
+    time.sleep(after)
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert process.returncode in (0, 128 + sig), err
+    if process.returncode:
+        line = {signal.SIGINT: "psp: interrupted (Ctrl-C)"}.get(sig, f"psp: stopped by {sig.name}")
+        assert [e for e in err.splitlines() if e.startswith("psp:")] == [line], err
+        assert err.strip().splitlines()[-1] == line, err  # (nothing after it)
+    finished = "psp: wrote" in err  # (the output whole before the signal came)
+    assert _names(output.parent) == (["vectors.npy"] if finished else []), err
+
+
+def _default_stop_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _hangup_ignored() -> None:
+    _default_stop_signals()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@pytest.mark.slow
+def test_an_embed_started_with_nohup_goes_on_through_a_hangup(tmp_path, bundle, inputs):
+    process, output = _embed_until_writing(tmp_path, bundle, inputs, _hangup_ignored)
+    process.send_signal(signal.SIGHUP)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert listing(output.parent) == ["vectors.npy"]
+    assert np.load(output, mmap_mode="r").shape[0] == 300_000
 
 
 @pytest.mark.slow
