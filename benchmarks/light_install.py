@@ -2,8 +2,9 @@
 ``psp embed`` of one line.
 
 A plain ``pip install`` of the project has no torch (it comes with the ``[train]`` extra), so
-``psp_core.inference.pooling`` sums each sentence's rows with the first of torch, the package's
-compiled loop, scipy or numpy that imports. Four measurements, each path (but the sweep's) in
+``psp_core.inference.pooling`` sums each sentence's rows with the package's compiled loop, or
+scipy or numpy where it was not built; torch only where torch is already imported or more than
+one thread is asked (the ``torch`` path below imports it first). Four measurements, each path (but the sweep's) in
 processes of its own, taking turns round by round (``--rounds``, median reported):
 
 * ``pooling``: ``weighted_sums`` alone, each implementation on the same 16,384 sentences of 25
@@ -18,8 +19,9 @@ processes of its own, taking turns round by round (``--rounds``, median reported
 * ``kernel_sweep``: the compiled loop (``psp_core/inference/_sums.c``) built here with other
   column blocks and prefetch distances (``KERNEL_VARIANTS``; a block as wide as the table is
   no blocking), each against torch on the pooling workload, in one process taking turns;
-* ``one_line``: the wall time (and CPU time) of ``psp embed`` of one line into an ``.npy`` (the
-  whole command: interpreter start, imports, model loading, writing) with the full install, and with torch and
+* ``one_line``: the wall time (and CPU time) of ``psp embed`` of one line, and of the corpus'
+  first thousand, into an ``.npy`` (the whole command: interpreter start, imports, model
+  loading, writing) with the full install, and with torch and
   pandas made unimportable as in a plain install (pyarrow imports pandas where it is
   installed); with ``--light-venv DIR``, also ``DIR/bin/psp`` of a real plain install (``python
   -m venv DIR && DIR/bin/pip install .``).
@@ -48,10 +50,14 @@ import embed_corpus
 log = _common.log
 
 #: python -c BLOCKER MODULES SCRIPT|-m MODULE ARGS...: run a script or a module with the
-#: comma-separated MODULES (and their submodules) unimportable
+#: comma-separated MODULES (and their submodules) unimportable, but those written +NAME, which
+#: are imported first (as a caller's own code or training would have)
 BLOCKER = """
 import os, runpy, sys
-blocked = set(filter(None, sys.argv[1].split(",")))
+named = list(filter(None, sys.argv[1].split(",")))
+blocked = {b for b in named if not b.startswith("+")}
+for loaded in (b[1:] for b in named if b.startswith("+")):
+    __import__(loaded)
 class Blocked:
     def find_spec(self, name, path=None, target=None):
         if any(name == b or name.startswith(b + ".") for b in blocked):
@@ -68,7 +74,7 @@ else:
 #: the cold-corpus and one-line paths: the modules each makes unimportable
 COMPILED = "psp_core.inference._sums"
 COLD_PATHS = {
-    "torch": "",
+    "torch": "+torch",  # (sums take torch where it is already imported)
     "compiled": "torch",
     "scipy": f"torch,{COMPILED}",
     "numpy": f"torch,{COMPILED},scipy",
@@ -76,6 +82,8 @@ COLD_PATHS = {
 ONE_LINE_PATHS = {"full_install": "", "without_torch_and_pandas": "torch,pandas"}
 GOAL_VS_TORCH = 0.9
 GOAL_ONE_LINE_S = 0.6
+#: psp embed of a thousand lines with the full install, at most this times a plain install's
+GOAL_THOUSAND_LINES_RATIO = 1.2
 
 
 def blocked_command(blocked: str, *argv: str) -> list[str]:
@@ -221,16 +229,22 @@ def one_line_seconds(command: list[str], workdir: Path) -> tuple[float, float]:
     return seconds, cpu
 
 
-def one_line_commands(args: argparse.Namespace, bundle: Path, workdir: Path) -> dict:
+def one_line_commands(args: argparse.Namespace, corpus: Path, bundle: Path, workdir: Path) -> dict:
+    """``psp embed`` of one line, and of the corpus' first thousand lines (``1000_lines/...``),
+    by each install."""
     (workdir / "one.txt").write_text("A sentence to embed.\n", encoding="utf-8")
-    embed = ["embed", "--sentence-file", "one.txt", "--model", str(bundle)]
-    embed += ["--output-file", "one.npy"]
-    commands = {
-        name: blocked_command(blocked, "-m", "psp_core.cli", *embed)
-        for name, blocked in ONE_LINE_PATHS.items()
-    }
-    if args.light_venv:
-        commands["plain_install_venv"] = [str(Path(args.light_venv) / "bin" / "psp"), *embed]
+    with corpus.open(encoding="utf-8") as lines:
+        thousand = "".join(line for _, line in zip(range(1000), lines, strict=False))
+    (workdir / "thousand.txt").write_text(thousand, encoding="utf-8")
+    commands = {}
+    for prefix, text in (("", "one"), ("1000_lines/", "thousand")):
+        embed = ["embed", "--sentence-file", f"{text}.txt", "--model", str(bundle)]
+        embed += ["--output-file", f"{text}.npy"]
+        for name, blocked in ONE_LINE_PATHS.items():
+            commands[prefix + name] = blocked_command(blocked, "-m", "psp_core.cli", *embed)
+        if args.light_venv:
+            light = [str(Path(args.light_venv) / "bin" / "psp"), *embed]
+            commands[f"{prefix}plain_install_venv"] = light
     return commands
 
 
@@ -295,8 +309,18 @@ def summarize(rounds: dict[str, list], one_line: dict[str, list[tuple[float, flo
         goals["cold_corpus_compiled_within_10pct"] = (
             goals["cold_corpus_compiled_vs_torch"] >= GOAL_VS_TORCH
         )
-    for name, entry in summary["one_line_seconds"].items():
-        goals[f"one_line_{name}_under_0.6s"] = entry["median"] < GOAL_ONE_LINE_S
+    lines = summary["one_line_seconds"]
+    for name, entry in lines.items():
+        if not name.startswith("1000_lines/"):
+            goals[f"one_line_{name}_under_0.6s"] = entry["median"] < GOAL_ONE_LINE_S
+    full = lines.get("1000_lines/full_install")
+    for plain in ("1000_lines/without_torch_and_pandas", "1000_lines/plain_install_venv"):
+        if full and plain in lines:
+            ratio = full["median"] / lines[plain]["median"]
+            goals[f"thousand_lines_full_vs_{plain.split('/')[1]}"] = round(ratio, 3)
+            goals[f"thousand_lines_full_within_20pct_of_{plain.split('/')[1]}"] = (
+                ratio <= GOAL_THOUSAND_LINES_RATIO
+            )
     summary["goals"] = goals
     return summary
 
@@ -334,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     commands = plan(args, corpus, bundle)
     workdir = args.results_dir / "light-install-one-line"
     workdir.mkdir(parents=True, exist_ok=True)
-    line_commands = one_line_commands(args, bundle, workdir)
+    line_commands = one_line_commands(args, corpus, bundle, workdir)
     if args.only:
         commands = {k: v for k, v in commands.items() if k.startswith(f"{args.only}/")}
         line_commands = line_commands if args.only == "one_line" else {}

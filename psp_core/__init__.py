@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "__version__": "psp_core.version",  # (importlib.metadata is slow to import: on first use)
     "BundleConfig": "psp_core.models.bundle",
     "BundleError": "psp_core.models.bundle",
     "NonFiniteLossError": "psp_core.training",
@@ -62,4 +61,13 @@ __all__ = [
     "load_model",
     "train",
 ]
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+_exported, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+
+def __getattr__(name: str):
+    if name == "__version__":  # (importlib.metadata is slow to import: read on first use)
+        from psp_core.version import __version__
+
+        globals()["__version__"] = __version__
+        return __version__
+    return _exported(name)

@@ -6,7 +6,10 @@ import signal
 
 
 def default_sigint() -> None:
-    """A ``preexec_fn``: the child takes Ctrl-C as from a terminal. A test run started in the
-    background (a shell's ``&``) ignores SIGINT, and its children would inherit that, so a test
-    that sends SIGINT would see the child carry on instead of stopping."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    """A ``preexec_fn``: the child takes Ctrl-C, SIGTERM and a hangup as from a terminal. A
+    test run started in the background (a shell's ``&``) ignores SIGINT, one started with
+    ``nohup`` (or by a CI runner that does) ignores SIGHUP, and its children would inherit
+    that: ``psp`` keeps a signal ignored when it starts, so a test that sends one would see the
+    child carry on instead of stopping."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

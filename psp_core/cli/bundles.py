@@ -9,6 +9,7 @@ from pathlib import Path
 
 from psp_core.cli.errors import CliError
 from psp_core.inference.model import load_model
+from psp_core.inference.pooling import backend, describe
 
 
 def add_info_parser(commands) -> None:
@@ -53,6 +54,9 @@ def cmd_info(args: argparse.Namespace) -> None:
         "checksums_verified": bool(config.files),
         "files": config.files,
         "training": {k: v for k, v in config.training.items() if k != "history"},
+        # how embed averages here, on one thread (psp embed's way): whether the compiled loop
+        # was built at install shows here
+        "sentence_sums": describe(backend()),
     }
     print(json.dumps(summary, indent=2))
 

@@ -2,8 +2,8 @@
 
 Sentence ``i`` is ``ids[offsets[i]:offsets[i + 1]]`` (CSR rows, see
 :mod:`psp_core.tokenization.csr`) with one weight per id; a mean is the sum weighted by
-1/length. Four implementations give the same sums to float32 rounding, the first installed is
-used (benchmarks/RESULTS.md#light-install):
+1/length. Four implementations give the same sums to float32 rounding
+(benchmarks/RESULTS.md#light-install):
 
 * ``torch``: torch's ``embedding_bag`` in sum mode with per-sample weights (torch comes with
   the ``[train]`` extra; it sums on several threads where asked, see :func:`set_threads`);
@@ -13,18 +13,24 @@ used (benchmarks/RESULTS.md#light-install):
   weights as values) with the table: the plain install's path where nothing could be compiled;
 * ``numpy``: per sentence, its weights times its gathered rows (a Python loop over sentences).
 
-A call of fewer than :data:`FEW_SENTENCES` sentences does not import torch or scipy for itself
-(``psp embed`` of a line does not pay for importing them): it takes torch only where torch is
-already imported, else the compiled loop, else the numpy loop.
+Which one sums (:func:`backend`): torch where it is already imported (training, a GPU, a
+caller's own code: it costs nothing more) or where more than one thread is asked of the sums
+(:func:`set_threads`); otherwise the compiled loop, as fast on one thread, so that embedding on
+one thread never imports torch (seconds) even where it is installed; where the loop was not
+built, scipy, then numpy. A call of fewer than :data:`FEW_SENTENCES` sentences does not import
+scipy for itself either (``psp embed`` of a line): the numpy loop then.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import numpy as np
 
 from psp_core.extras import optional_module, torch_module
+
+log = logging.getLogger(__name__)
 
 
 def _torch_sums(table, ids, offsets, weights, out) -> None:
@@ -79,10 +85,11 @@ def _numpy_sums(table, ids, offsets, weights, out) -> None:
             out[i] = 0
 
 
-#: below this many sentences in a call, torch only where already imported (see above)
+#: below this many sentences in a call, no implementation is imported for it (see above)
 FEW_SENTENCES = 16
 
-#: the implementations in the order they are preferred, each with the module it needs
+#: the implementations, each with the module it needs, in the order preferred (torch only where
+#: it is taken: see backend)
 IMPLEMENTATIONS = {
     "torch": ("torch", _torch_sums),
     "compiled": (COMPILED_MODULE, _compiled_sums),
@@ -91,9 +98,26 @@ IMPLEMENTATIONS = {
 }
 
 
+#: the threads asked of the sums by :func:`set_threads` (``None``: none asked)
+_asked_threads: int | None = None
+#: torch's own count of threads before :func:`set_threads` first changed it
+_torch_threads_before: list[int] = []
+_reported: list[str] = []
+
+
 def backend() -> str:
-    """The implementation :func:`weighted_sums` uses here: the first whose module imports."""
-    return next(name for name, (module, _) in IMPLEMENTATIONS.items() if optional_module(module))
+    """The implementation :func:`weighted_sums` uses here for a call of many sentences (see the
+    module's docstring)."""
+    several = _asked_threads is not None and _asked_threads > 1
+    takes_torch = "torch" in sys.modules or several
+    return next(
+        (
+            name
+            for name, (module, _) in IMPLEMENTATIONS.items()
+            if (name != "torch" or takes_torch) and optional_module(module)
+        ),
+        "torch",  # (nothing else is here)
+    )
 
 
 def weighted_sums(
@@ -115,17 +139,36 @@ def weighted_sums(
     if count < FEW_SENTENCES and "torch" not in sys.modules:
         few = _compiled_sums if optional_module(COMPILED_MODULE) else _numpy_sums
         few(table, ids, offsets, weights, out)
-    else:
-        IMPLEMENTATIONS[backend()][1](table, ids, offsets, weights, out)
+        return out
+    name = backend()
+    if _reported != [name]:  # (once a process, and again if it changes)
+        _reported[:] = [name]
+        log.debug("sentence sums: %s", describe(name))
+    IMPLEMENTATIONS[name][1](table, ids, offsets, weights, out)
     return out
 
 
-def set_threads(count: int) -> int:
-    """Let the averaging use ``count`` threads; returns the count before. (The compiled loop,
-    scipy's product and the numpy loop run on one thread: nothing to set without torch.)"""
-    torch = torch_module()
-    if torch is None:
-        return 1
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
+def describe(name: str) -> str:
+    """What the implementation ``name`` is, in a few words (``psp info``, ``-v`` logs)."""
+    return {
+        "torch": "torch's embedding_bag",
+        "compiled": "the compiled loop (_sums.c), one thread",
+        "scipy": "scipy's sparse product, one thread (the compiled loop was not built here)",
+        "numpy": "a numpy loop (neither the compiled loop nor scipy is here)",
+    }[name]
+
+
+def set_threads(count: int | None) -> int | None:
+    """Ask the sums for ``count`` threads (``None``: as if none were asked); returns what was
+    asked before. More than one takes torch, imported for it where installed; one takes the
+    compiled loop where built (and sets torch's count where torch is already imported)."""
+    global _asked_threads
+    previous, _asked_threads = _asked_threads, count
+    torch = sys.modules.get("torch")
+    if torch is None and count is not None and count > 1:
+        torch = torch_module()
+    if torch is not None:
+        if not _torch_threads_before:
+            _torch_threads_before.append(torch.get_num_threads())
+        torch.set_num_threads(_torch_threads_before[0] if count is None else count)
     return previous

@@ -88,9 +88,10 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
     from psp_core.serving.app import create_app
     from psp_core.serving.models import ModelSet
 
-    # one averaging thread: the worker processes are the parallelism, and torch's pool of
-    # threads, woken once per piece of a large request, would spin on the cores the other
-    # requests need (benchmarks/RESULTS.md#serve-fairness)
+    # one averaging thread (the compiled loop, so a worker does not import torch; torch's one
+    # thread where something imported it): the worker processes are the parallelism, and
+    # torch's pool of threads, woken once per piece of a large request, would spin on the
+    # cores the other requests need (benchmarks/RESULTS.md#serve-fairness)
     set_threads(1)
     models = ModelSet(
         settings.folders,

@@ -312,7 +312,7 @@ def test_a_stop_at_any_instant_from_start_up_on_is_one_line_and_leaves_nothing(
     """From the console script's first line: during the imports, the model's loading, the first
     write and the end (a signal during the interpreter's own start, before any of psp's code
     runs, ends it as the system's default does)."""
-    process, output = _embed_started(tmp_path, bundle, inputs, _default_stop_signals)
+    process, output = _embed_started(tmp_path, bundle, inputs, default_sigint)
     time.sleep(after)
     process.send_signal(sig)
     _, err = process.communicate(timeout=60)
@@ -326,13 +326,8 @@ def test_a_stop_at_any_instant_from_start_up_on_is_one_line_and_leaves_nothing(
     assert _names(output.parent) == (["vectors.npy"] if finished else []), err
 
 
-def _default_stop_signals() -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _hangup_ignored() -> None:
-    _default_stop_signals()
+    default_sigint()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 

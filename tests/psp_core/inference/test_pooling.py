@@ -1,8 +1,12 @@
-"""Every implementation of the sentence sums (``psp_core/inference/pooling.py``: torch, scipy,
-numpy) gives the float64 sums to float32 rounding, empty sentences zero, from float32 and float16
-tables, and writes into the ``out`` it is given."""
+"""Every implementation of the sentence sums (``psp_core/inference/pooling.py``: torch, the
+compiled loop, scipy, numpy) gives the float64 sums to float32 rounding, empty sentences zero,
+from float32 and float16 tables, and writes into the ``out`` it is given; which one sums."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,18 +50,54 @@ def test_each_implementation_gives_the_weighted_sums(name, dtype) -> None:
     assert not out[[0, 7, -1]].any()
 
 
-def test_weighted_sums_uses_the_first_implementation_installed() -> None:
-    installed = [
-        name
-        for name, (module, _) in pooling.IMPLEMENTATIONS.items()
-        if optional_module(module) is not None
-    ]
-    assert pooling.backend() == installed[0]
+def test_weighted_sums_gives_the_sums_whichever_implementation_it_takes() -> None:
     table, ids, offsets, weights = _bags(seed=1)
     got = pooling.weighted_sums(table, ids, offsets, weights)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, _expected(table, ids, offsets, weights), atol=1e-5)
     assert pooling.weighted_sums(table, ids[:0], offsets[:1], weights[:0]).shape == (0, 24)
+
+
+#: in a fresh process: sums of many sentences, then the threads asked (argv[1]); what summed,
+#: and whether torch was imported, before and after
+WHICH_SUMS = """
+import sys
+import numpy as np
+from psp_core.inference import pooling
+table = np.ones((50, 8), dtype=np.float32)
+offsets = np.arange(0, 3 * 200 + 1, 3)
+ids = np.zeros(600, dtype=np.int64)
+pooling.weighted_sums(table, ids, offsets, np.ones(600, dtype=np.float32))
+print(pooling.backend(), "torch" in sys.modules)
+pooling.set_threads(int(sys.argv[1]))
+pooling.weighted_sums(table, ids, offsets, np.ones(600, dtype=np.float32))
+print(pooling.backend(), "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_thread_sums_without_importing_torch_and_several_take_torch(threads) -> None:
+    """Where the compiled loop was built, sums on one thread never import torch (seconds),
+    even where it is installed; asking for more threads takes torch where it is installed."""
+    done = subprocess.run(
+        [sys.executable, "-c", WHICH_SUMS, str(threads)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[3],
+    )
+    first, then = (line.split() for line in done.stdout.splitlines())
+    light = "compiled" if optional_module(pooling.COMPILED_MODULE) else "scipy"
+    assert first == [light, "False"]
+    if threads > 1 and optional_module("torch"):
+        assert then == ["torch", "True"]
+    else:
+        assert then == [light, "False"]
+
+
+def test_sums_take_torch_where_it_is_already_imported() -> None:
+    pytest.importorskip("torch")
+    assert pooling.backend() == "torch"
 
 
 def _compiled():
@@ -119,3 +159,24 @@ def test_the_compiled_loop_refuses_what_would_read_outside_its_arrays() -> None:
     with pytest.raises((TypeError, BufferError, ValueError)):
         compiled.weighted_sums(table, ids, offsets, weights, read_only)
     assert (out == 7.0).all()
+
+
+def test_psp_embed_of_a_thousand_lines_never_imports_torch(tmp_path, bundle) -> None:
+    """With the full install (torch there), ``psp embed`` sums on one thread with the compiled
+    loop (or scipy where it was not built): torch's seconds of import are not paid."""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"sentence number {i} of a thousand\n" for i in range(1000)))
+    argv = ["embed", "--sentence-file", str(lines), "--model", str(bundle)]
+    argv += ["--output-file", str(tmp_path / "v.npy")]
+    probe = f"import sys\nfrom psp_core.cli.main import main\nmain({argv!r})\n"
+    probe += "print(sorted({'torch', 'scipy', 'pandas'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[3],
+    )
+    light = [] if optional_module(pooling.COMPILED_MODULE) else ["scipy"]
+    assert done.stdout.split("\n")[-2] == str(light), done.stderr
+    assert np.load(tmp_path / "v.npy").shape[0] == 1000

@@ -19,6 +19,7 @@ import torch
 
 from psp_core.inference.model import load_model
 from psp_core.models.registry import ModelRegistry
+from tests.child_signals import default_sigint
 
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
@@ -51,6 +52,7 @@ class Server:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            preexec_fn=default_sigint,  # (the signals tests send reach it as from a terminal)
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
