@@ -57,6 +57,8 @@ ASSET_MODULES = [
 scoreboard_automation = AutomationConditionSensorDefinition(
     "scoreboard_automation",
     target=AssetSelection.assets("evaluation_scoreboard"),
+    description="Refreshes the evaluation scoreboard (every language's scores side by side) "
+    "after a language's evaluation is materialized; on from the start, checked every 30 s.",
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
 )

@@ -17,7 +17,8 @@ psp_language_job = define_asset_job(
     "psp_language_job",
     selection=AssetSelection.groups(*DATA_GROUPS, *MODEL_GROUPS),
     description="Everything for one language: download, filter, vocabulary, pack, train, "
-    "evaluate. Pick the cost with the profile (resources: profile: config: name); on a CPU "
+    "evaluate. Pick the cost with the profile (in the launchpad: the profile resource's "
+    "name: smoke, demo or paper); on a CPU "
     f"and the shared data: {profile_summary()} (measured: benchmarks/RESULTS.md#profile-costs).",
 )
 
@@ -32,7 +33,7 @@ train_evaluate_job = define_asset_job(
     "train_evaluate_job",
     selection=AssetSelection.groups(*MODEL_GROUPS),
     description="Train on the packed data that is already there, then evaluate. The profile "
-    "(resources: profile: config: name) sets the model and the schedule; on a CPU: "
+    "(the profile resource's name in the launchpad) sets the model and the schedule; on a CPU: "
     f"{profile_summary()} (measured: benchmarks/RESULTS.md#profile-costs).",
 )
 

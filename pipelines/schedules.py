@@ -11,23 +11,18 @@ from __future__ import annotations
 from dagster import DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, schedule
 
 from assets.settings.languages import load_registry
-from assets.settings.profiles import profile_from_environment, retrain_run_config
+from assets.settings.profiles import retrain_profile_words, retrain_run_config
 from pipelines.jobs import psp_language_job
 
 RETRAIN_CRON = "0 3 * * 1"  # Mondays 03:00
 
 
 def _description() -> str:
-    """What the UI shows of the schedule: the profile its runs use (read when the code location
-    loads) and that unchanged stages are reused."""
-    try:
-        profile = profile_from_environment("PSP_RETRAIN_PROFILE").value
-    except ValueError as error:
-        profile = f"unreadable ({error})"
+    """What the UI shows of the schedule: the profile its runs use and that unchanged stages
+    are reused."""
     return (
         f"Weekly retraining, Mondays 03:00 UTC: one run per language of the registry, each with "
-        f"the {profile} profile (PSP_RETRAIN_PROFILE; the paper's settings unless it says "
-        "otherwise, whatever profile the launchpad defaults to). Unchanged stages are reused."
+        f"{retrain_profile_words()}. Unchanged stages are reused."
     )
 
 

@@ -36,7 +36,7 @@ from dagster import (
 )
 
 from assets.settings.languages import LanguageSpec, load_registry
-from assets.settings.profiles import retrain_run_config
+from assets.settings.profiles import retrain_profile_words, retrain_run_config
 from assets.settings.resources import OpusResource, StorageResource, version_key
 from ops.sources.opus import OpusError
 from pipelines.dead_runs import fail_dead_runs
@@ -69,7 +69,7 @@ def _newer_releases(
     minimum_interval_seconds=900,
     default_status=DefaultSensorStatus.STOPPED,
     description="Runs a language when OPUS publishes a newer release of one of its corpora or "
-    "files appear in its inbox.",
+    f"files appear in its inbox, with {retrain_profile_words()}. Unchanged stages are reused.",
 )
 def new_bitext_sensor(
     context: SensorEvaluationContext, storage: StorageResource, opus: OpusResource

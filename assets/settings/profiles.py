@@ -134,3 +134,16 @@ def retrain_run_config() -> dict[str, Any]:
     location's interactive runs default to (``PSP_PROFILE``)."""
     profile = profile_from_environment("PSP_RETRAIN_PROFILE")
     return {"resources": {"profile": {"config": {"name": profile.value}}}}
+
+
+def retrain_profile_words() -> str:
+    """The profile the automatic retraining runs use, as the UI says it (read when the code
+    location loads)."""
+    try:
+        profile = profile_from_environment("PSP_RETRAIN_PROFILE").value
+    except ValueError as error:
+        profile = f"unreadable ({error})"
+    return (
+        f"the {profile} profile (PSP_RETRAIN_PROFILE; the paper's settings unless it says "
+        "otherwise, whatever profile the launchpad defaults to)"
+    )

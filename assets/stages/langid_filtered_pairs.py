@@ -65,9 +65,9 @@ langid_filtered_pairs = stage_asset(
     name="langid_filtered_pairs",
     description="""Drop pairs with a side in another language than the pair's, by the language's rule.
 
-    The rule is the registry's (`FilterSettings.langid_rule(kind)`: `other_language` for
-    bitext, `top_label` for ParaNMT, by default); a run config `threshold` selects the
-    `threshold` rule with that minimum probability instead.
+    The rule is the registry's (`bitext_langid_rule` and `paraphrase_langid_rule` in its
+    filters tables: by default `other_language` for bitext, `top_label` for ParaNMT); a run
+    config `threshold` selects the `threshold` rule with that minimum probability instead.
     """,
     code_version=CODE_VERSION,
     config=LanguageIdConfig,

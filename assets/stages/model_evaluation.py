@@ -155,7 +155,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
 model_evaluation = stage_asset(
     name="model_evaluation",
     description="""Evaluate the language's model on the evaluation data directory: by default the paper's
-    suites for the language (`psp_core.evaluation.plan_for_language`).""",
+    suites for the language (STS, cross-lingual STS and Tatoeba, as far as the language has them).""",
     code_version=CODE_VERSION,
     config=EvaluationConfig,
     inputs=("psp_model",),

@@ -133,6 +133,26 @@ def test_every_asset_has_an_owner_and_one_of_four_groups() -> None:
     assert groups == {"data", "model", "multi", "scoreboard"}
 
 
+#: what a description in the UI must not show: the code behind it rather than the user's words
+CODE_WORDS = ("psp_core.", "FilterSettings", "(resources:", "config: name", "_for_language(")
+
+
+def test_every_description_in_the_ui_is_in_a_users_words() -> None:
+    repository = defs.get_repository_def()
+    graph = repository.asset_graph
+    described = {
+        key.to_user_string(): graph.get(key).description for key in graph.get_all_asset_keys()
+    }
+    described |= {job.name: job.description for job in repository.get_all_jobs()}
+    described |= {sensor.name: sensor.description for sensor in repository.sensor_defs}
+    described |= {schedule.name: schedule.description for schedule in repository.schedule_defs}
+    for name, text in described.items():
+        if name.startswith("__"):  # (Dagster's own implicit job)
+            continue
+        assert text, f"{name}: no description"
+        assert not [w for w in CODE_WORDS if w in text], f"{name}: {text}"
+
+
 def test_download_retry_policy_and_training_pool() -> None:
     raw = defs.get_assets_def("raw_pairs")
     assert raw.op.retry_policy is not None and raw.op.retry_policy.max_retries >= 2

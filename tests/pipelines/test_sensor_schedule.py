@@ -166,3 +166,17 @@ def test_a_newer_release_that_spells_the_code_differently_is_news(
     assert [r.partition_key for r in result.run_requests] == ["zh"]
     overrides = result.run_requests[0].run_config["ops"]["raw_pairs"]["config"]["opus_versions"]
     assert overrides == {"OpenSubtitles": "v2024"}
+
+
+def test_the_sensors_say_what_they_start_and_with_which_profile() -> None:
+    """What the UI shows of each sensor: what it runs and, for the bitext sensor, the profile
+    of its runs (as the schedule's says), never the names of the code behind it."""
+    from pipelines.definitions import scoreboard_automation
+
+    assert "PSP_RETRAIN_PROFILE" in new_bitext_sensor.description
+    assert "profile" in new_bitext_sensor.description
+    assert "scoreboard" in (scoreboard_automation.description or "")
+    for described in (new_bitext_sensor, scoreboard_automation, weekly_retrain_schedule):
+        assert (
+            "psp_core." not in described.description and "(resources:" not in described.description
+        )
