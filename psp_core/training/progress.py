@@ -75,11 +75,13 @@ class TrainingProgress:
         elapsed = max(now - self.started, 1e-9)
         steps_per_second = self.n_steps / elapsed
         pairs_per_second = steps_per_second * self.pairs_per_step
-        loss = sum(self.losses) / len(self.losses) if self.losses else float("nan")
+        # the mean loss of the steps since the last line: none where a line was just written
+        # (the end of an epoch right after one), which the epoch's own mean line then gives
+        recent = f"loss {sum(self.losses) / len(self.losses):.4f} " if self.losses else ""
         eta_epoch = (self.epoch_end - step) / steps_per_second if self.n_steps else math.inf
         eta_run = (self.total_steps - step) / steps_per_second if self.n_steps else math.inf
         return (
             f"epoch {self.epoch + 1}/{self.epochs} step {step}/{self.total_steps} "
-            f"megabatch {self.megabatch_at(step)} loss {loss:.4f} pairs/s {pairs_per_second:.0f} "
+            f"megabatch {self.megabatch_at(step)} {recent}pairs/s {pairs_per_second:.0f} "
             f"eta epoch {format_duration(eta_epoch)} run {format_duration(eta_run)}"
         )

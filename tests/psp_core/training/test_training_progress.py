@@ -57,6 +57,20 @@ def test_a_line_is_due_every_n_steps_too_and_shows_the_recent_loss() -> None:
     assert "loss 0.0000" in lines[0] and "loss 1.0000" in lines[1]
 
 
+def test_a_line_right_after_another_has_no_loss_rather_than_nan() -> None:
+    """The end of an epoch just after a line: no step since, so no recent loss to show (the
+    epoch's mean loss has its own line), never ``loss nan``."""
+    clock, lines = Clock(), []
+    report = progress(clock, lines, every=10, seconds=0.0)
+    for step in range(101, 111):
+        clock.now += 0.1
+        report(step, loss=0.25)
+    end = report.line(110)
+    assert "nan" not in end and "loss" not in end
+    assert end.startswith("epoch 2/4 step 110/400 megabatch 1 pairs/s ")
+    assert "loss 0.2500" in lines[-1]
+
+
 def test_durations_read_as_durations() -> None:
     assert [format_duration(s) for s in (0, 12.4, 245, 3720, float("inf"))] == [
         "0s",
