@@ -74,8 +74,8 @@ class Speed(Suite):
         """The measurement with its units (best of the repeats, on this machine)."""
         if not part:
             return {}
-        rows = [
-            {"measure": label, "value": float(part[key]), "unit": unit}
+        rows = [  # (whole numbers: a rate to a fraction of a sentence is noise, not a figure)
+            {"measure": label, "value": float(round(part[key])), "unit": unit}
             for key, label, unit in SPEED_ROWS
             if part.get(key) is not None
         ]
