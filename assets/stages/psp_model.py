@@ -489,6 +489,18 @@ psp_model = stage_asset(
 )
 
 
+def dev_score_words(record: ModelRecord) -> str:
+    """What the dev score that picked the epoch kept is, in a reader's words: its set, its
+    scale and its direction."""
+    if record.model_selection == DEV_SUITE_SELECTION:
+        return (
+            "the dev suite's mean, 0-100, higher is better: STS 2017 en-en and STS-B dev "
+            "(Pearson x 100) with the held-back pairs' retrieval (100 minus the error %)"
+        )
+    where = record.model_selection or record.dev_sts or "the dev STS file"
+    return f"Pearson x 100 on {where}, higher is better"
+
+
 def training_metadata(record: ModelRecord) -> dict[str, MetadataValue]:
     """What the UI shows of a training: sizes, steps, the loss and dev-score pictures, the
     epochs table, the last epoch's loss and speed, the settings and when it ran."""
@@ -514,6 +526,7 @@ def training_metadata(record: ModelRecord) -> dict[str, MetadataValue]:
         metadata["training_ended"] = MetadataValue.timestamp(float(window[1]))
     if record.best_dev_score is not None:
         metadata["best_dev_score"] = MetadataValue.float(round(float(record.best_dev_score), 2))
+        metadata["best_dev_score_is"] = MetadataValue.text(dev_score_words(record))
         # counted from 1, as the epochs table and chart count them
         metadata["best_epoch"] = MetadataValue.int(int(record.best_epoch) + 1)
     if record.best_epoch_unavailable:  # (the bundle holds the final epoch's weights)

@@ -46,3 +46,21 @@ def test_a_best_epoch_found_damaged_is_shown_beside_the_epoch_kept() -> None:
     damaged = training_metadata(ModelRecord(**common, best_epoch_unavailable=reason))
     assert damaged["best_epoch_unavailable"].value == reason
     assert "best_epoch_unavailable" not in training_metadata(ModelRecord(**common))
+
+
+def test_the_best_dev_score_says_its_set_scale_and_direction() -> None:
+    from assets.framework.records import ModelRecord
+    from assets.stages.psp_model import DEV_SUITE_SELECTION, training_metadata
+
+    common = dict(history=history(dev=True), steps=30, best_epoch=0, best_dev_score=80.1)
+    common.update(dim=8, vocab_size=100, seconds=1.0)
+    suite = training_metadata(ModelRecord(**common, model_selection=DEV_SUITE_SELECTION))
+    assert "dev suite" in suite["best_dev_score_is"].value
+    assert "higher is better" in suite["best_dev_score_is"].value
+    sts = training_metadata(ModelRecord(**common, model_selection="sts17/STS.en-en.txt"))
+    assert sts["best_dev_score_is"].value == (
+        "Pearson x 100 on sts17/STS.en-en.txt, higher is better"
+    )
+    assert "best_dev_score_is" not in training_metadata(
+        ModelRecord(**{**common, "best_dev_score": None})
+    )
