@@ -46,13 +46,19 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     rate = record.pass_rate
     low, high = run.spec.filters.langid_pass_rate_min, run.spec.filters.langid_pass_rate_max
     metadata = report_metadata(manifest, record, "pairs")
-    metadata["pass_rate"] = MetadataValue.float(round(rate, 4))
+    # (a percent, as the funnel and the check's line show it)
+    metadata["pass_rate_percent"] = MetadataValue.float(round(100 * rate, 2))
     metadata["rule"] = MetadataValue.text(rule.describe())
     metadata["rule_settings"] = settings_table(asdict(rule))
     check = Check(
         CHECK,
         passed=record.n_out > 0 and low <= rate <= high,
-        metadata={"pass_rate": round(rate, 4), "min": low, "max": high, "pairs_out": record.n_out},
+        metadata={
+            "pass_rate_percent": round(100 * rate, 2),
+            "min_percent": round(100 * low, 2),
+            "max_percent": round(100 * high, 2),
+            "pairs_out": record.n_out,
+        },
         description=(
             f"{rate:.1%} of pairs passed language ID; outside [{low:.0%}, {high:.0%}] "
             "the source is probably mislabelled or the wrong language code is configured"

@@ -96,7 +96,7 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     langid = metadata_of(result, "langid_filtered_pairs")
     assert "dropped: tgt_not_de" in column(langid["funnel"], "pairs")
     assert langid["pairs_in"] - langid["pairs_out"] >= NOT_GERMAN
-    assert 0.5 < langid["pass_rate"] < 1.0
+    assert 50 < langid["pass_rate_percent"] < 100
     length = metadata_of(result, "length_filtered_pairs")
     assert length["pairs_out"] <= length["pairs_in"]
     dedup = metadata_of(result, "deduplicated_pairs")
