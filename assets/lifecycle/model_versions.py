@@ -13,7 +13,7 @@ import psp_core  # its model (torch) is imported when a step loads one
 from assets.framework.stage import Manifest, StageInputMissing, read_manifest
 from assets.settings.languages import MULTI, PromotionSettings, load_registry
 from assets.settings.resources import StorageResource
-from psp_core.evaluation.dev_suite import dev_scores
+from psp_core.evaluation.dev_suite import dev_scores, is_lower_better
 from psp_core.evaluation.gate import GateDecision, decide
 from psp_core.evaluation.registry import dev_dataset, registered
 from psp_core.models.bundle_config import BundleError
@@ -153,11 +153,15 @@ def run_gate(
 
 
 def gate_metadata(
-    decision: GateDecision | None, version: Version, registry: ModelRegistry
+    decision: GateDecision | None,
+    version: Version,
+    registry: ModelRegistry,
+    tolerance: float | None = None,
 ) -> dict[str, MetadataValue]:
     """The decision at a glance: this version, the promoted one, the decision with its reason
     and the dev scores side by side. A version decided by an earlier run (a reused re-run)
-    shows that run's decision, reason and scores as the registry's history recorded them."""
+    shows that run's decision, reason and scores as the registry's history recorded them, with
+    ``tolerance``, the registry's now."""
     promoted = registry.promoted()
     metadata = {
         "version": MetadataValue.text(version.id),
@@ -180,7 +184,7 @@ def gate_metadata(
         metadata["promotion_decided"] = MetadataValue.text(f"{action}{when}, by an earlier run")
         metadata["promotion_reason"] = MetadataValue.text(str(last.get("reason", "")))
         if last.get("scores"):
-            metadata["promotion_scores"] = _scores_table(last["scores"], None)
+            metadata["promotion_scores"] = _scores_table(last["scores"], tolerance)
     return metadata
 
 
@@ -226,9 +230,11 @@ def retrain_metadata(version: Version) -> dict[str, MetadataValue]:
 
 def _scores_table(scores: dict, tolerance: float | None) -> MetadataValue:
     candidate, incumbent = scores.get("candidate") or {}, scores.get("incumbent") or {}
-    rows = ["| dev score | this version | promoted before |", "|---|---:|---:|"]
+    rows = ["| dev score | better | this version | promoted before |", "|---|---|---:|---:|"]
     for name in sorted(set(candidate) | set(incumbent)):
-        rows.append(f"| {name} | {_cell(candidate.get(name))} | {_cell(incumbent.get(name))} |")
+        better = "lower (error %)" if is_lower_better(name) else "higher (x 100)"
+        cells = f"{_cell(candidate.get(name))} | {_cell(incumbent.get(name))}"
+        rows.append(f"| {name} | {better} | {cells} |")
     if tolerance is not None:
         rows.append(f"\nTolerance {tolerance} points (the registry's [promotion] table).")
     return MetadataValue.md("\n".join(rows))

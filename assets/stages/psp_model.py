@@ -440,7 +440,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     promoted = promoted_model(run.storage, spec.code)
     exports = write_exports(promoted, run.config.exports)
     metadata = common_metadata(manifest, "bundle")
-    metadata.update(gate_metadata(decision, version, registry))
+    metadata.update(gate_metadata(decision, version, registry, spec.promotion.tolerance))
     metadata.update(retrain_metadata(version))
     for format, directory in exports.items():
         metadata[f"export_{format}"] = MetadataValue.path(str(directory))

@@ -106,7 +106,8 @@ def test_a_worse_retrain_is_kept_but_not_promoted(opus_server: OpusServer, tmp_p
     # ...and says what was decided, why, on which scores
     assert metadata_of(rerun, "psp_model")["promotion_decided"].startswith("reject at ")
     assert "worse than the promoted version" in metadata_of(rerun, "psp_model")["promotion_reason"]
-    assert "| sts17_en_en |" in metadata_of(rerun, "psp_model")["promotion_scores"]
+    assert "| sts17_en_en | higher (x 100) |" in metadata_of(rerun, "psp_model")["promotion_scores"]
+    assert "Tolerance " in metadata_of(rerun, "psp_model")["promotion_scores"]  # (still said)
     np.testing.assert_array_equal(table(language_model), good_table)
 
     # promoted by hand: the language's model is the new version; rollback brings the first back
