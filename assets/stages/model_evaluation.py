@@ -121,6 +121,13 @@ def plan(run: StageRun, suites_for: EvaluationPlan) -> Plan:
     return Plan(key, compute, shows={"model": model})
 
 
+#: how to read the figures below, which the UI shows bare
+SCALES = (
+    "STS figures (the *_pearson entries, the STS tables): Pearson r x 100, higher is better; "
+    "Tatoeba: error %, lower is better; speed: sentences/s on this machine"
+)
+
+
 def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     """The results, one table per suite and the markdown report; records the version's test
     scores in the model registry and puts the tables in the model card."""
@@ -141,6 +148,7 @@ def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     metadata["results"] = MetadataValue.md(markdown)
     metadata["missing"] = MetadataValue.text(", ".join(record.missing) or "nothing")
     metadata["dev_sts"] = MetadataValue.text(record.dev_sts or "none (no model selection)")
+    metadata["scales"] = MetadataValue.text(SCALES)
     if record.sts_mean:
         metadata["sts_mean_pearson"] = MetadataValue.float(round(record.sts_mean["pearson"], 2))
         metadata["sts_mean_over"] = MetadataValue.text(

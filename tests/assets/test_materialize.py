@@ -137,6 +137,7 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     assert results["sts"]["mean"] is not None and list(results["tatoeba"]) == ["deu"]
     assert results["sts17"] == {} and results["stsb"] == {}
     assert "Tatoeba" in evaluation["results"]
+    assert "Pearson r x 100" in evaluation["scales"] and "error %" in evaluation["scales"]
     # each suite is an inline table too, with the paper's figure beside ours
     (tatoeba,) = evaluation["tatoeba"]
     assert tatoeba["language"] == "deu" and tatoeba["paper"] == 1.5
