@@ -82,10 +82,10 @@ def rss_mb(pid: int) -> float:
     return int(line.split()[1]) / 1024
 
 
-def _cut_short(sock: socket.socket) -> bool:
+def _cut_short(sock: socket.socket, wait: float) -> bool:
     """Whether the connection ended before the end of its answer (what was sent is read; the
     server has given up by now, if it does)."""
-    sock.settimeout(1)
+    sock.settimeout(wait)
     received = bytearray()
     try:
         while chunk := sock.recv(1 << 20):
@@ -115,7 +115,7 @@ def unread_rounds(args, code: Path, bundle: Path, sentences: list[str]) -> dict:
     )
     try:
         idle = rss_mb(process.pid)
-        warm = _after_one_answer_read(port, body, process.pid)
+        warm = _after_one_answer_read(port, body, process.pid, 1.2 if args.quick else 2.0)
         rounds = []
         for _ in range(args.rounds):
             clients = []
@@ -125,14 +125,15 @@ def unread_rounds(args, code: Path, bundle: Path, sentences: list[str]) -> dict:
                 sock.sendall(request)
                 clients.append(sock)
             peak, started = 0.0, time.monotonic()
-            while time.monotonic() - started < 3 * args.send_timeout + 2:
+            while time.monotonic() - started < (2 if args.quick else 3 * args.send_timeout + 2):
                 peak = max(peak, rss_mb(process.pid))
                 time.sleep(0.1)
             held = rss_mb(process.pid)
-            cut = sum(_cut_short(sock) for sock in clients) if flags else 0
+            wait = 0.2 if args.quick else 1.0
+            cut = sum(_cut_short(sock, wait) for sock in clients) if flags else 0
             for sock in clients:
                 sock.close()
-            time.sleep(2 * args.send_timeout)
+            time.sleep(0.5 if args.quick else 2 * args.send_timeout)
             rounds.append(
                 {
                     "peak_mb_above_idle": round(peak - idle),
@@ -154,17 +155,17 @@ def unread_rounds(args, code: Path, bundle: Path, sentences: list[str]) -> dict:
         process.wait(60)
 
 
-def _after_one_answer_read(port: int, body: bytes, pid: int) -> float:
+def _after_one_answer_read(port: int, body: bytes, pid: int, settle: float) -> float:
     """The server's memory (MB) once it has answered a maximum request three times to a client
-    that read it all: its word cache (which keeps a word seen again) and allocator warmed, what
-    served requests leave."""
+    that read it all, ``settle`` seconds after (its allocator asked to give back): its word
+    cache (which keeps a word seen again) and allocator warmed, what served requests leave."""
     import httpx
 
     headers = {"Content-Type": "application/json"}
     for _ in range(3):
         url = f"http://127.0.0.1:{port}/v1/embeddings"
         httpx.post(url, content=body, headers=headers, timeout=120).raise_for_status()
-    time.sleep(2)
+    time.sleep(settle)
     return rss_mb(pid)
 
 
@@ -271,7 +272,7 @@ def main(argv=None) -> None:
             "machine": _common.machine_info(),
             "unread_answers": unread_rounds(args, args.code.resolve(), bundle, sentences),
             "hung_worker": hung_worker(args, bundle),
-            "word_split_by_arrow_pool": split_by_pool(sentences, 0.2 if args.quick else 1.0),
+            "word_split_by_arrow_pool": split_by_pool(sentences, 0.02 if args.quick else 1.0),
             "loadavg_at_end": _common.loadavg(),
         }
     )
