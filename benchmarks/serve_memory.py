@@ -115,7 +115,7 @@ def unread_rounds(args, code: Path, bundle: Path, sentences: list[str]) -> dict:
     )
     try:
         idle = rss_mb(process.pid)
-        warm = _after_one_answer_read(port, body, process.pid, 1.2 if args.quick else 2.0)
+        warm = _memory_once_warm(port, body, process.pid, 1.2 if args.quick else 2.0)
         rounds = []
         for _ in range(args.rounds):
             clients = []
@@ -155,7 +155,7 @@ def unread_rounds(args, code: Path, bundle: Path, sentences: list[str]) -> dict:
         process.wait(60)
 
 
-def _after_one_answer_read(port: int, body: bytes, pid: int, settle: float) -> float:
+def _memory_once_warm(port: int, body: bytes, pid: int, settle: float) -> float:
     """The server's memory (MB) once it has answered a maximum request three times to a client
     that read it all, ``settle`` seconds after (its allocator asked to give back): its word
     cache (which keeps a word seen again) and allocator warmed, what served requests leave."""

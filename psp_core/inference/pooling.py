@@ -102,7 +102,8 @@ IMPLEMENTATIONS = {
 _asked_threads: int | None = None
 #: torch's own count of threads before :func:`set_threads` first changed it
 _torch_threads_before: list[int] = []
-_reported: list[str] = []
+#: the implementation the ``-v`` log last named
+_reported: str | None = None
 
 
 def backend() -> str:
@@ -140,9 +141,10 @@ def weighted_sums(
         few = _compiled_sums if optional_module(COMPILED_MODULE) else _numpy_sums
         few(table, ids, offsets, weights, out)
         return out
+    global _reported
     name = backend()
-    if _reported != [name]:  # (once a process, and again if it changes)
-        _reported[:] = [name]
+    if _reported != name:  # (once a process, and again if it changes)
+        _reported = name
         log.debug("sentence sums: %s", describe(name))
     IMPLEMENTATIONS[name][1](table, ids, offsets, weights, out)
     return out

@@ -29,7 +29,6 @@ import json
 import resource
 import socket
 import struct
-import sys
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -298,22 +297,19 @@ _trim_pending: list[asyncio.TimerHandle] = []
 
 
 def give_back_freed_memory(loop: asyncio.AbstractEventLoop) -> None:
-    """Ask the process's allocators, once within :data:`TRIM_DELAY`, to return the free memory
-    they keep to the system: glibc's (``malloc_trim``; the large answers of a process's
-    connections are freed in its worker threads' arenas, which glibc otherwise keeps for the
-    next requests; nothing where the C library is not glibc) and pyarrow's memory pool, where
-    pyarrow is loaded (the word cache splits texts with it, and its pool keeps what it freed)."""
-    if _trim_pending:
+    """Ask glibc's allocator, once within :data:`TRIM_DELAY`, to return the free memory it keeps
+    to the system (``malloc_trim``): the large answers of a process's connections are freed in
+    its worker threads' arenas, which glibc otherwise keeps for the next requests (pyarrow
+    allocates there too in a server: server.allocate_arrow_from_malloc). Nothing where the C
+    library is not glibc."""
+    if _trim_pending or _malloc_trim is None:
         return
     _trim_pending.append(loop.call_later(TRIM_DELAY, _trim))
 
 
 def _trim() -> None:
     _trim_pending.clear()
-    if "pyarrow" in sys.modules:  # (never imported for this: a server that did not load it)
-        sys.modules["pyarrow"].default_memory_pool().release_unused()
-    if _malloc_trim is not None:
-        _malloc_trim(0)
+    _malloc_trim(0)
 
 
 def _glibc_malloc_trim():
