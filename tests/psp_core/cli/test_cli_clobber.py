@@ -326,6 +326,31 @@ def test_a_stop_at_any_instant_from_start_up_on_is_one_line_and_leaves_nothing(
     assert _names(output.parent) == (["vectors.npy"] if finished else []), err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.0, 0.05, 0.1, 0.2])
+def test_a_stop_as_the_command_ends_leaves_its_whole_output_and_at_most_one_line(
+    tmp_path, bundle, inputs, after
+):
+    """SIGTERM the moment ``psp embed`` says it wrote its output: what is left is the exit
+    (the interpreter's teardown, where Python's own handlers are gone), so the output is whole
+    and the process either ends as it would have or says its one line, never dies silently."""
+    process, output = _embed_started(tmp_path, bundle, inputs)
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if "psp: wrote" in line:
+            time.sleep(after)
+            process.send_signal(signal.SIGTERM)
+            break
+    rest = process.communicate(timeout=60)[1]
+    err = "".join(seen) + rest
+    assert process.returncode in (0, 143), err
+    if process.returncode:
+        assert err.strip().splitlines()[-1] == "psp: stopped by SIGTERM", err
+    assert listing(output.parent) == ["vectors.npy"]
+    assert np.load(output, mmap_mode="r").shape[0] == 300_000
+
+
 def _hangup_ignored() -> None:
     default_sigint()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

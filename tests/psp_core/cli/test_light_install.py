@@ -225,26 +225,90 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
     not __import__("psp_core.devices").devices.cuda_driver_absent(),
     reason="a CUDA driver is present here: --device auto asks torch",
 )
-def test_a_line_embedded_with_torch_installed_does_not_import_it(tmp_path, bundle) -> None:
-    """Where torch is installed but no CUDA driver is, ``psp embed`` of one line on ``auto``
+@pytest.mark.parametrize("lines", [1, 1000])
+def test_lines_embedded_with_torch_installed_do_not_import_it(tmp_path, bundle, lines) -> None:
+    """Where torch is installed but no CUDA driver is, ``psp embed`` on ``auto`` (one thread)
     imports neither torch, scipy nor pandas (which pyarrow imports on first use where it is
-    installed): their imports cost more than the work; the vector is the one torch's sums
-    give."""
-    one_line = tmp_path / "one.txt"
-    one_line.write_text("a sentence alone\n", encoding="utf-8")
-    output = tmp_path / "one.npy"
+    installed), for one line (fewer than pooling.FEW_SENTENCES) as for a thousand (the
+    compiled loop's sums): their imports cost more than the work; the vectors are the ones
+    torch's sums give."""
+    texts = [f"sentence number {i} of a few" for i in range(lines)]
+    sentences = tmp_path / "lines.txt"
+    sentences.write_text("".join(f"{text}\n" for text in texts), encoding="utf-8")
+    output = tmp_path / "vectors.npy"
     script = (
         "import sys; from psp_core.cli.main import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "print(sorted(m for m in ('torch', 'scipy', 'pandas') if m in sys.modules))"
     )
-    command = ["embed", "--sentence-file", str(one_line), "--model", str(bundle)]
+    command = ["embed", "--sentence-file", str(sentences), "--model", str(bundle)]
     command += ["--output-file", str(output)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.run(
         [sys.executable, "-c", script, *command], capture_output=True, text=True, env=env
     )
     assert child.returncode == 0, child.stderr[-2000:]
-    assert child.stdout.strip().splitlines()[-1] == "[]"
-    want = load_model(bundle).embed(["a sentence alone"])
+    light = [] if lines == 1 or _compiled_built() else ["scipy"]
+    assert child.stdout.strip().splitlines()[-1] == str(light)
+    want = load_model(bundle).embed(texts)
     np.testing.assert_allclose(np.load(output), want, rtol=1e-5, atol=1e-6)
+
+
+def _compiled_built() -> bool:
+    from psp_core.extras import optional_module
+
+    return optional_module(COMPILED_MODULE) is not None
+
+
+#: in a fresh process, the Python API as a careless caller uses it: many sentences, a float16
+#: table, scores, forked workers, normalized and cut vectors; whether torch was imported
+API_WITHOUT_TORCH = """
+import sys
+from psp_core import load_model
+model = load_model(sys.argv[1])
+texts = [f"sentence number {i} of a thousand" for i in range(1000)]
+model.embed(texts, normalize=True, dim=8)
+model.encode(texts[0])
+model.score([(a, b) for a, b in zip(texts, reversed(texts))])
+load_model(sys.argv[1], dtype="float16").embed(texts)
+load_model(sys.argv[1], workers=2).embed(texts * 20)
+print("torch" in sys.modules)
+"""
+
+
+def test_the_python_api_on_one_thread_never_imports_torch(bundle) -> None:
+    """docs/python-api.md: embedding on one thread never imports torch, even where it is
+    installed; each way into the sums a caller may take."""
+    child = subprocess.run(
+        [sys.executable, "-c", API_WITHOUT_TORCH, str(bundle)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_psp_info_and_verbose_embed_name_the_sums_in_use(tmp_path, bundle) -> None:
+    """docs/python-api.md: ``psp info`` says which sums run (``sentence_sums``), and so does
+    ``psp -v embed``; where the compiled loop is made unimportable (no C compiler at
+    install), both say scipy."""
+    sentences = tmp_path / "lines.txt"
+    sentences.write_text("".join(f"line {i} here\n" for i in range(100)), encoding="utf-8")
+    embed = ["-v", "embed", "--sentence-file", str(sentences), "--model", str(bundle)]
+    embed += ["--output-file", str(tmp_path / "v.npy")]
+    for blocked, words in (
+        (EXTRAS_MODULES, "compiled loop"),
+        (f"{EXTRAS_MODULES},{COMPILED_MODULE}", "scipy"),
+    ):
+        if words == "compiled loop" and not _compiled_built():
+            continue
+        codes, child = run_psp_without(
+            blocked,
+            [embed, ["info", str(bundle)]],
+            tmp_path / "codes.json",  # (-v first: it sets up logging)
+        )
+        assert codes == [0, 0], child.stderr
+        assert words in json.loads(child.stdout)["sentence_sums"]
+        (logged,) = [line for line in child.stderr.splitlines() if "sentence sums:" in line]
+        assert words in logged

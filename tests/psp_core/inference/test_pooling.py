@@ -159,24 +159,3 @@ def test_the_compiled_loop_refuses_what_would_read_outside_its_arrays() -> None:
     with pytest.raises((TypeError, BufferError, ValueError)):
         compiled.weighted_sums(table, ids, offsets, weights, read_only)
     assert (out == 7.0).all()
-
-
-def test_psp_embed_of_a_thousand_lines_never_imports_torch(tmp_path, bundle) -> None:
-    """With the full install (torch there), ``psp embed`` sums on one thread with the compiled
-    loop (or scipy where it was not built): torch's seconds of import are not paid."""
-    lines = tmp_path / "lines.txt"
-    lines.write_text("".join(f"sentence number {i} of a thousand\n" for i in range(1000)))
-    argv = ["embed", "--sentence-file", str(lines), "--model", str(bundle)]
-    argv += ["--output-file", str(tmp_path / "v.npy")]
-    probe = f"import sys\nfrom psp_core.cli.main import main\nmain({argv!r})\n"
-    probe += "print(sorted({'torch', 'scipy', 'pandas'} & set(sys.modules)))"
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parents[3],
-    )
-    light = [] if optional_module(pooling.COMPILED_MODULE) else ["scipy"]
-    assert done.stdout.split("\n")[-2] == str(light), done.stderr
-    assert np.load(tmp_path / "v.npy").shape[0] == 1000
