@@ -20,6 +20,7 @@ from psp_core.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from psp_core.inference.model import PSPModel, load_model
+    from psp_core.inference.quantize import quantization_ranges, quantize_embeddings
     from psp_core.models.bundle import BundleConfig, BundleError
     from psp_core.tokenization.tokenizer import Tokenizer
     from psp_core.training import (
@@ -45,6 +46,8 @@ _EXPORTS = {
     "TrainingFile": "psp_core.training.training_file",
     "TrainingFileWriter": "psp_core.training.training_file",
     "load_model": "psp_core.inference.model",
+    "quantization_ranges": "psp_core.inference.quantize",
+    "quantize_embeddings": "psp_core.inference.quantize",
     "train": "psp_core.training",
 }
 
@@ -59,6 +62,8 @@ __all__ = [
     "TrainingFile",
     "TrainingFileWriter",
     "load_model",
+    "quantization_ranges",
+    "quantize_embeddings",
     "train",
 ]
 _exported, __dir__ = lazy_exports(globals(), _EXPORTS)

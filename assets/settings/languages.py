@@ -118,11 +118,22 @@ class FilterSettings:
 
 @dataclass(frozen=True)
 class SentencepieceSettings:
-    """The shared sentencepiece vocabulary (paper: unigram, 50k, coverage 0.995, 10M sample)."""
+    """The shared sentencepiece vocabulary (paper: unigram, 50k, coverage 0.995, 10M sample).
+    ``byte_fallback``: a character outside the vocabulary is pieced as its UTF-8 bytes (256
+    pieces of the vocabulary) instead of an unknown piece (benchmarks/RESULTS.md#unknown-text)."""
 
     vocab_size: int = VOCAB_SIZE
     character_coverage: float = CHARACTER_COVERAGE
     input_sentence_size: int = INPUT_SENTENCE_SIZE
+    byte_fallback: bool = False
+
+    def plan_settings(self) -> dict:
+        """The settings a vocabulary is trained with (``byte_fallback`` only where it is on: a
+        registry that never set it keeps its stages' fingerprints)."""
+        settings = asdict(self)
+        if not settings["byte_fallback"]:
+            del settings["byte_fallback"]
+        return settings
 
 
 @dataclass(frozen=True)

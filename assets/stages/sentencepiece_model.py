@@ -3,7 +3,6 @@ deduplicated (lowercased; for zh, segmented) pairs from a bounded uniform sample
 incremental retrain (:mod:`assets.stages.retrain_plan`), the parent version's vocabulary, copied."""
 
 import time
-from dataclasses import asdict
 
 from dagster import MetadataValue
 
@@ -26,7 +25,7 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
     the run config's, each over the one before (the multilingual model's vocabulary takes
     ``profile_asset="multi_sentencepiece_model"``)."""
     upstream = run.inputs.deduplicated_pairs
-    settings = asdict(run.spec.sentencepiece)
+    settings = run.spec.sentencepiece.plan_settings()
     explicit = {
         "vocab_size": run.config.vocab_size,
         "input_sentence_size": run.config.input_sentence_size,

@@ -136,6 +136,7 @@ def _train_on_sample(
     character_coverage: float,
     model_type: str,
     num_threads: int,
+    byte_fallback: bool = False,
 ) -> Path:
     """Write ``sample`` to a temporary file (freeing it), train, write the model atomically."""
     output = Path(output)
@@ -167,6 +168,7 @@ def _train_on_sample(
                     character_coverage=character_coverage,
                     model_type=model_type,
                     hard_vocab_limit=False,
+                    byte_fallback=byte_fallback,
                     num_threads=num_threads,
                     minloglevel=2,
                 )
@@ -207,6 +209,7 @@ def train_sentencepiece(
     model_type: str = "unigram",
     seed: int = 1,
     num_threads: int = 2,
+    byte_fallback: bool = False,
 ) -> Path:
     """Train a sentencepiece model (by default the reference code's ``spm_train`` settings in
     ``preprocess_data.py``: unigram, vocab 50,000, coverage 0.995, a 10M-sentence sample) and
@@ -226,6 +229,7 @@ def train_sentencepiece(
         character_coverage=character_coverage,
         model_type=model_type,
         num_threads=num_threads,
+        byte_fallback=byte_fallback,
     )
 
 
@@ -239,6 +243,7 @@ def train_sentencepiece_from_pairs(
     model_type: str = "unigram",
     seed: int = 1,
     num_threads: int = 2,
+    byte_fallback: bool = False,
 ) -> Path:
     """Train the shared vocabulary on both sides of the pair file ``input``.
 
@@ -263,4 +268,5 @@ def train_sentencepiece_from_pairs(
         character_coverage=character_coverage,
         model_type=model_type,
         num_threads=num_threads,
+        byte_fallback=byte_fallback,
     )

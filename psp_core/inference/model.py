@@ -139,6 +139,7 @@ class PSPModel:
                 vocab_size=tokenizer.vocab_size,
                 unk_id=tokenizer.unk_id,
                 max_length=tokenizer.max_length,
+                boundary_id=tokenizer.boundary_id,
             )
         else:
             self.table = np.ascontiguousarray(embeddings, dtype=TABLE_DTYPES[dtype])
@@ -353,11 +354,21 @@ class PSPModel:
         """:meth:`embed` as sentence-transformers' ``SentenceTransformer.encode`` is called: a
         string gives a 1-D vector, a list a 2-D array (``convert_to_numpy=False``: a list of
         1-D vectors); ``normalize_embeddings`` gives unit vectors, ``truncate_dim`` the first
-        dimensions (:meth:`embed`'s ``dim``). ``precision`` is ``float32``, the vectors' own (a
-        sum of float32 rows: no other precision is kept)."""
-        if precision != "float32":
-            raise ValueError(f"precision {precision!r}: only float32 is kept (the vectors' own)")
+        dimensions (:meth:`embed`'s ``dim``). ``precision``: ``float32``, the vectors' own, or
+        ``int8``/``uint8``/``binary``/``ubinary`` as sentence-transformers gives them
+        (:func:`~psp_core.inference.quantize.quantize_embeddings`; int8's ranges from the
+        sentences themselves, as there: for codes that compare across calls, embed in float32
+        and quantize with ranges from a sample)."""
+        from psp_core.inference.quantize import PRECISIONS, quantize_embeddings
+
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
         single = isinstance(sentences, str)
+        if single and precision.endswith("int8"):
+            raise ValueError(
+                f"precision {precision!r} of one sentence: its ranges come from several; embed "
+                "in float32 and call quantize_embeddings with ranges from a sample"
+            )
         vectors = self.embed(
             [sentences] if single else sentences,
             batch_size=batch_size,
@@ -365,6 +376,7 @@ class PSPModel:
             show_progress_bar=bool(show_progress_bar),
             dim=truncate_dim,
         )
+        vectors = quantize_embeddings(vectors, precision)
         if single:
             return vectors[0]
         return vectors if convert_to_numpy else list(vectors)

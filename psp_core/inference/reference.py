@@ -7,7 +7,9 @@ For a sentence ``s`` and a model with table ``E`` (a row per sentencepiece piece
 
     text   = s[:max_chars], lowercased, pre-tokenized (jieba/rjieba for Chinese; Tokenizer.normalize)
     pieces = sentencepiece's ids of text
-    pieces = pieces without the unknown piece (kept, once, when the sentence has nothing else)
+    pieces = pieces without the unknown piece
+    pieces = none at all when only bare word-boundary pieces (▁) are left of a sentence that
+             had unknown ones: it has no piece the vocabulary knows
     pieces = the first max_length of them
     vector = mean of E[p] over pieces       (the zero vector when there are none)
 
@@ -36,8 +38,8 @@ def sentence_pieces(model: PSPModel, sentence: str, max_chars: int | None) -> li
     [text] = tokenizer.normalize([text])
     pieces = tokenizer.processor.EncodeAsIds(text)
     known = [piece for piece in pieces if piece != tokenizer.unk_id]
-    if not known and pieces:
-        known = pieces[:1]  # only unknown pieces: one of them stands for the sentence
+    if len(known) < len(pieces) and all(piece == tokenizer.boundary_id for piece in known):
+        known = []  # nothing but unknown pieces and the boundaries sentencepiece put before them
     return known[: tokenizer.max_length] if tokenizer.max_length > 0 else known
 
 

@@ -14,8 +14,9 @@ per *piece*, with no piece ids built at all:
 
 A sentence is averaged this way only when the result is what the piece path gives: every word
 cached, safe (no near tie, no whitespace hazard: see :class:`~psp_core.tokenization.word_piece_cache.WordPieceCache`)
-and with a row, at least one known piece (a sentence of only unknown pieces is the unknown
-piece's vector) and at most ``max_length`` of them (truncation cuts inside a word). The others
+and with a row, at least one known piece other than the bare word-boundary piece ``▁`` (a
+sentence with nothing else has nothing to embed; the piece path says so) and at most
+``max_length`` pieces (truncation cuts inside a word). The others
 are left to the piece path (:meth:`embed` returns them). The vectors equal the piece path's to
 the table's rounding: float32 rounding for a float32 table (the sums are added in another
 order); for a float16 table (``load_model(dtype="float16")``) each word's sum is itself stored
@@ -60,6 +61,7 @@ class WordVectors:
             embedding table.
         vocab_size: the sentencepiece vocabulary size.
         unk_id: the unknown piece (dropped from every word's sum).
+        boundary_id: the bare word-boundary piece ``▁`` (None where the vocabulary has none).
         max_length: the most pieces a sentence may have on this path (0: no limit).
     """
 
@@ -71,17 +73,21 @@ class WordVectors:
         vocab_size: int,
         unk_id: int,
         max_length: int,
+        boundary_id: int | None = None,
     ) -> None:
         self.cache = cache
         self.table = table
         self.vocab_size = vocab_size
         self.unk_id = unk_id
+        self.boundary_id = -1 if boundary_id is None else boundary_id
         self.max_length = max_length
         self.zero_row = vocab_size
         self.capacity = table.shape[0] - vocab_size - 1
         self.used = 0  # extension rows written
         self._row = np.zeros(0, dtype=np.int64)  # per cache row: its row in ``table``
         self._pieces = np.zeros(0, dtype=np.int64)  # per cache row: its known pieces
+        # per cache row: its known pieces other than the bare boundary piece
+        self._content = np.zeros(0, dtype=np.int64)
 
     def _sync(self) -> None:
         """Give the cache's rows added since the last call their table row and piece count."""
@@ -103,6 +109,8 @@ class WordVectors:
             rows[several] = self._store_sums(new.take(several))
         self._row = np.concatenate([self._row, rows])
         self._pieces = np.concatenate([self._pieces, pieces])
+        content = row_sums(new.offsets, known & (new.ids != self.boundary_id))
+        self._content = np.concatenate([self._content, content])
 
     def _store_sums(self, words: TokenBatch) -> np.ndarray:
         """Write the sums of ``words``' known pieces into the next extension rows."""
@@ -130,7 +138,7 @@ class WordVectors:
         if len(missing):
             redo[np.searchsorted(offsets, missing, side="right") - 1] = True
             rows[missing] = self.zero_row
-        redo |= text_pieces == 0
+        redo |= row_sums(offsets, self._content[word_rows]) == 0
         if self.max_length > 0:
             redo |= text_pieces > self.max_length
         scale = np.reciprocal(np.maximum(text_pieces, 1), dtype=np.float32)

@@ -10,8 +10,9 @@ the same for all but a few sentences (how few: benchmarks/RESULTS.md#export-agre
 
 * psp_core drops unknown pieces. model2vec drops the unknown id too; sentence-transformers
   cannot, so its unknown row is exported as zeros: the mean then has the same direction and a
-  smaller norm. A sentence of *only* unknown pieces gets the unknown row in psp_core and a zero
-  vector in both exports.
+  smaller norm. A sentence with no known piece (only unknown pieces and the bare word-boundary
+  piece sentencepiece puts before them) has nothing to embed in psp_core (a zero vector); the
+  exports keep the boundary piece, so there it gets that piece's direction.
 * psp_core truncates to ``max_length`` pieces after dropping unknown pieces, the exports before
   (the tokenizer's truncation); model2vec also cuts the text at ``max_length`` times the median
   piece length in characters first. Only sentences longer than ``max_length`` pieces can differ.
@@ -19,7 +20,9 @@ the same for all but a few sentences (how few: benchmarks/RESULTS.md#export-agre
 * The Lowercase normalizer lowercases character by character (no final-sigma rule).
 
 Bundles whose tokenization cannot be reproduced raise :class:`ExportError` naming the feature
-(a pre-tokenizer such as jieba, a non-Unigram sentencepiece model, byte fallback, ...).
+(a pre-tokenizer such as jieba, a non-Unigram sentencepiece model, ...). A vocabulary with
+byte fallback exports with it: a character outside the pieces becomes its UTF-8 bytes' pieces
+in both.
 
 Needs the optional extra ``export`` (``pip install .[export]``): ``tokenizers``, and
 ``sentence-transformers`` or ``model2vec`` for the format chosen.
@@ -39,6 +42,7 @@ from psp_core.files.output_files import check_output_directory, os_error_code, w
 from psp_core.models.bundle import load_bundle
 from psp_core.models.model_card import CARD_FILE, model_card, retarget_card
 from psp_core.tokenization.sentencepiece_spec import (
+    _BYTE,
     _MODEL_TYPES,
     _NORMAL,
     _UNIGRAM,
@@ -77,8 +81,6 @@ def _unsupported(spec: SentencePieceSpec, pretokenizer: str) -> list[str]:
     if spec.model_type != _UNIGRAM:
         kind = _MODEL_TYPES.get(spec.model_type, str(spec.model_type))
         problems.append(f"sentencepiece model type {kind!r} (only unigram is converted)")
-    if spec.byte_fallback:
-        problems.append("sentencepiece byte_fallback")
     if spec.treat_whitespace_as_suffix:
         problems.append("sentencepiece treat_whitespace_as_suffix")
     if spec.split_digits:
@@ -94,6 +96,21 @@ def _unsupported(spec: SentencePieceSpec, pretokenizer: str) -> list[str]:
     return problems
 
 
+def _exported_piece(piece: str, score: float, kind: int, lowest: float) -> tuple[str, float]:
+    """A piece of the exported Unigram model. A byte piece (``<0xF0>``, with byte fallback)
+    keeps its name, which the Unigram model looks up for a character it cannot piece, and a
+    score far below every other piece's, so that Viterbi prefers matching a literal "<0xF0>"
+    in a text as characters, as sentencepiece does (it never matches a byte piece in text),
+    wherever the vocabulary has those characters (with one it lacks, the Unigram model's
+    penalty for an unknown character, which it derives from the lowest score, makes the byte
+    piece win); other pieces that sentencepiece never matches get a name no text can contain."""
+    if kind == _NORMAL:
+        return piece, score
+    if kind == _BYTE:
+        return piece, lowest - 1000.0
+    return piece + _UNMATCHABLE_SUFFIX, score
+
+
 def build_tokenizer(spm_proto: bytes, *, lowercase: bool = True, max_length: int = 100):
     """A ``tokenizers.Tokenizer`` that segments like psp_core's :class:`~psp_core.tokenization.tokenizer.
     Tokenizer` (without a pre-tokenizer); raises :class:`ExportError` when it cannot."""
@@ -105,11 +122,11 @@ def build_tokenizer(spm_proto: bytes, *, lowercase: bool = True, max_length: int
     problems = _unsupported(spec, "none")
     if problems:
         raise ExportError("cannot export: " + "; ".join(problems))
-    vocab = [
-        (piece if kind in (_NORMAL,) else piece + _UNMATCHABLE_SUFFIX, score)
-        for piece, score, kind in spec.pieces
-    ]
-    tokenizer = tokenizers.Tokenizer(Unigram(vocab, unk_id=spec.unk_id, byte_fallback=False))
+    lowest = min((score for _, score, kind in spec.pieces if kind == _NORMAL), default=0.0)
+    vocab = [_exported_piece(piece, score, kind, lowest) for piece, score, kind in spec.pieces]
+    tokenizer = tokenizers.Tokenizer(
+        Unigram(vocab, unk_id=spec.unk_id, byte_fallback=spec.byte_fallback)
+    )
     steps = [normalizers.Lowercase()] if lowercase else []
     if spec.precompiled_charsmap:
         steps.append(normalizers.Precompiled(spec.precompiled_charsmap))

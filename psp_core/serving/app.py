@@ -533,7 +533,7 @@ def _vectors(
         raise ApiError(
             400,
             f"input {first_index + int(empty[0])} has nothing to embed "
-            "(no sentencepiece piece once normalized)",
+            "(no piece the vocabulary knows once normalized)",
             "input",
         )
     vectors /= norms

@@ -1,8 +1,8 @@
 """Sentence -> sentencepiece ids, exactly as the P-SP encoder sees them.
 
 Steps (the paper's, as docs/method.md lists them): lowercase, optional pre-tokenizer (jieba for
-Chinese), sentencepiece ids, unknown pieces dropped unless the sentence has only unknown pieces
-(then one unknown id), truncation to ``max_length`` pieces. A batch comes out as flat CSR arrays
+Chinese), sentencepiece ids, unknown pieces dropped (a sentence with no piece the vocabulary
+knows keeps none: nothing to embed), truncation to ``max_length`` pieces. A batch comes out as flat CSR arrays
 (ids + offsets), the layout both ``nn.EmbeddingBag`` and the training HDF5 use.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from psp_core.tokenization.csr import TokenBatch
+from psp_core.tokenization.csr import TokenBatch, row_sums
 from psp_core.tokenization.word_cache_policy import CachePolicy
 from psp_core.tokenization.word_piece_cache import (
     DEFAULT_MAX_BYTES,
@@ -114,25 +114,34 @@ def flatten_id_lists(id_lists: Sequence[Sequence[int]]) -> TokenBatch:
     return TokenBatch(ids, offsets)
 
 
-def clean_ids(batch: TokenBatch, unk_id: int, max_length: int) -> TokenBatch:
-    """Drop unknown ids (keeping one when a sentence is nothing else) and truncate, vectorized.
+def clean_ids(
+    batch: TokenBatch, unk_id: int, max_length: int, boundary_id: int | None = None
+) -> TokenBatch:
+    """Drop unknown ids and truncate, vectorized. A sentence with an unknown id whose other ids
+    are all ``boundary_id`` (the bare word-boundary piece ``▁``, which sentencepiece puts before
+    a word it cannot piece) has no piece the vocabulary knows: it keeps no id at all, so it has
+    nothing to embed, rather than the boundary piece's vector that every such text would share.
 
     One pass over the ids finds the unknown ones; everything else costs in proportion to the
-    unknown ids and the overlong sentences, which are few, so cleaning stays a small part of
-    encoding.
+    unknown ids and the overlong sentences, which are few (and a batch with an unknown id counts
+    its boundary pieces), so cleaning stays a small part of encoding
+    (benchmarks/RESULTS.md#unknown-text).
     """
     ids, offsets, lengths = batch.ids, batch.offsets, batch.lengths
     unknown = np.flatnonzero(ids == unk_id)
     if len(unknown):
         owner = np.searchsorted(offsets, unknown, side="right") - 1
         unknown_per_sentence = np.bincount(owner, minlength=len(lengths))
-        only_unknown = (unknown_per_sentence == lengths) & (lengths > 0)
-        # keep the first (unknown) id of each sentence that has nothing else
-        dropped = unknown[~(only_unknown[owner] & (unknown == offsets[:-1][owner]))]
         keep = np.ones(len(ids), dtype=bool)
-        keep[dropped] = False
+        keep[unknown] = False
+        lengths = lengths - unknown_per_sentence
+        if boundary_id is not None and boundary_id >= 0:
+            boundaries = row_sums(offsets, ids == boundary_id)
+            nothing_known = (unknown_per_sentence > 0) & (boundaries == lengths)
+            if nothing_known.any():
+                keep &= ~np.repeat(nothing_known, batch.lengths)
+                lengths[nothing_known] = 0
         ids = ids[keep]
-        lengths = lengths - unknown_per_sentence + only_unknown
         offsets = _offsets(lengths)
     if max_length > 0 and len(lengths) and lengths.max() > max_length:
         overlong = np.flatnonzero(lengths > max_length)
@@ -145,6 +154,14 @@ def clean_ids(batch: TokenBatch, unk_id: int, max_length: int) -> TokenBatch:
         lengths = np.minimum(lengths, max_length)
         offsets = _offsets(lengths)
     return TokenBatch(ids.astype(np.int64, copy=False), offsets)
+
+
+def boundary_piece_id(processor: spm.SentencePieceProcessor) -> int | None:
+    """The id of the bare word-boundary piece ``▁`` in ``processor``'s vocabulary, or None."""
+    piece = processor.PieceToId("\u2581")
+    if piece == processor.unk_id() or processor.IdToPiece(piece) != "\u2581":
+        return None
+    return piece
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:
@@ -207,6 +224,9 @@ class Tokenizer:
         self.max_length = max_length
         self.num_threads = num_threads
         self.unk_id = self.processor.unk_id()
+        #: the bare word-boundary piece ``▁`` (None where the vocabulary has none): with only
+        #: unknown pieces beside it, a sentence has nothing to embed (:func:`clean_ids`)
+        self.boundary_id = boundary_piece_id(self.processor)
         # the same ids as Encode, faster once words recur (psp_core/tokenization/word_piece_cache.py)
         self.word_cache_lock = threading.Lock()
         self._words = (
@@ -268,11 +288,11 @@ class Tokenizer:
             batch = flatten_id_lists(
                 self.processor.Encode(list(texts), out_type=int, num_threads=self.num_threads)
             )
-            return clean_ids(batch, self.unk_id, self.max_length)
+            return clean_ids(batch, self.unk_id, self.max_length, self.boundary_id)
         with self.word_cache_lock:
             batch, served = self._words.encode_counted(texts[start:stop])
         self.cache_policy.block_served(served, stop - start)
-        batch = clean_ids(batch, self.unk_id, self.max_length)
+        batch = clean_ids(batch, self.unk_id, self.max_length, self.boundary_id)
         if stop - start < len(texts):  # a trial: the rest to sentencepiece
             before = self.encode_normalized(texts[:start], use_cache=False)
             after = self.encode_normalized(texts[stop:], use_cache=False)

@@ -109,6 +109,19 @@ def test_train_sentencepiece_from_pairs_uses_both_sides(tmp_path, toy):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.parquet", "spm.model"]
 
 
+def test_a_byte_fallback_vocabulary_pieces_unknown_characters_as_bytes(tmp_path, toy):
+    pairs = [(s.lower(), t) for s, t in toy.pairs(1500, seed=5)]
+    source = write_pair_file(tmp_path / "pairs.parquet", pairs)
+    model = train_sentencepiece_from_pairs(
+        source, tmp_path / "spm.model", vocab_size=400, seed=3, byte_fallback=True
+    )
+    tokenizer = Tokenizer.from_file(model)
+    batch = tokenizer.encode(["👍", "🎉"])
+    assert batch.lengths.tolist() == [5, 5]  # the boundary and 4 UTF-8 bytes each
+    pieces = [tokenizer.processor.IdToPiece(int(i)) for i in batch.sentence(0)]
+    assert pieces == ["\u2581", "<0xF0>", "<0x9F>", "<0x91>", "<0x8D>"]
+
+
 def test_a_vocabulary_too_small_for_the_script_is_raised_to_fit_its_characters(tmp_path, caplog):
     """Chinese text has more characters than a small profile's vocabulary (the smoke profile's 500
     failed inside sentencepiece on zh): the vocabulary grows to fit them, with a warning."""
@@ -219,7 +232,7 @@ def test_encode_and_pack_writes_the_same_file_for_any_number_of_workers(
         pairs[row] = ("", pairs[row][1]) if row % 2 else (pairs[row][0], "  ")
     pairs[128:192] = [("", "")] * 64  # a batch of nothing but empty pairs
     pairs[400] = ("ZZZ " + pairs[400][0], "草 " + pairs[400][1])  # unknown pieces
-    pairs[401] = ("草草", pairs[401][1])  # nothing but unknown pieces
+    pairs[401] = ("草草", pairs[401][1])  # nothing but unknown pieces: nothing to train on
     pairs[500] = (" ".join(toy.source_words[:60] * 2), pairs[500][1])  # truncated
     source = write_pair_file(tmp_path / "pairs.parquet", pairs)
     files, reports = {}, {}
@@ -237,10 +250,10 @@ def test_encode_and_pack_writes_the_same_file_for_any_number_of_workers(
             workers=workers,
         ).as_dict()
         files[workers] = read_training_file(output)
-    expected_drops = {EMPTY_AFTER_ENCODING: 6 + 64}
+    expected_drops = {EMPTY_AFTER_ENCODING: 6 + 64 + 1}
     for workers in (1, 2, 3):
         report = reports[workers]
-        assert (report["n_in"], report["n_out"], report["dropped"]) == (1000, 930, expected_drops)
+        assert (report["n_in"], report["n_out"], report["dropped"]) == (1000, 929, expected_drops)
         datasets, attrs = files[workers]
         reference_datasets, reference_attrs = files[1]
         assert attrs == reference_attrs
@@ -248,7 +261,7 @@ def test_encode_and_pack_writes_the_same_file_for_any_number_of_workers(
         for name, values in datasets.items():
             assert values.dtype == reference_datasets[name].dtype
             np.testing.assert_array_equal(values, reference_datasets[name], err_msg=name)
-    assert files[1][1]["n_pairs"] == 930
+    assert files[1][1]["n_pairs"] == 929
 
 
 def test_encode_and_pack_in_workers_keeps_the_input_order(tmp_path, toy, spm_proto):

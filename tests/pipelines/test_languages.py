@@ -207,6 +207,16 @@ def test_a_broken_language_table_breaks_only_that_language(
     assert str(error.value) == registry.errors[code]
 
 
+def test_byte_fallback_is_a_registry_setting_that_leaves_the_default_plan_alone() -> None:
+    """Off, the vocabulary's plan settings (its stage's fingerprint) are those of a registry
+    that never heard of it; on, they say so."""
+    plain = parse_registry(VALID_PT, Path("x.toml"))["pt"].sentencepiece
+    assert plain.byte_fallback is False and "byte_fallback" not in plain.plan_settings()
+    text = "[defaults.sentencepiece]\nbyte_fallback = true\n" + VALID_PT
+    settings = parse_registry(text, Path("x.toml"))["pt"].sentencepiece
+    assert settings.plan_settings() == plain.plan_settings() | {"byte_fallback": True}
+
+
 def test_an_incremental_retrains_rate_is_a_registry_setting() -> None:
     registry = parse_registry("[defaults.retrain]\nlr_scale = 0.5\n" + VALID_PT, Path("x.toml"))
     assert {registry[code].retrain.lr_scale for code in registry.codes} == {0.5}

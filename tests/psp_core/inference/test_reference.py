@@ -110,13 +110,17 @@ def test_normalized_truncated_and_cut_vectors_equal_the_definition(bundle, varie
 
 def test_the_definition_itself(model) -> None:
     """What the definition says, on cases worked out by hand: nothing is the zero vector, an
-    unknown piece is dropped (an emoji keeps only the word-boundary piece sentencepiece put
-    before it), a long sentence keeps its first max_length pieces, case does not count."""
+    unknown piece is dropped, a text of unknown pieces and the word-boundary pieces
+    sentencepiece put before them has no piece at all (not the boundary's), a long sentence
+    keeps its first max_length pieces, case does not count."""
     tokenizer = model.tokenizer
     assert sentence_pieces(model, "", None) == []
     raw = tokenizer.processor.EncodeAsIds("👍")
-    assert tokenizer.unk_id in raw
-    assert sentence_pieces(model, "👍", None) == [p for p in raw if p != tokenizer.unk_id]
+    assert tokenizer.unk_id in raw and tokenizer.boundary_id in raw
+    assert sentence_pieces(model, "👍", None) == []
+    assert sentence_pieces(model, "👍 🎉", None) == []
+    mixed = tokenizer.processor.EncodeAsIds("abc 👍")
+    assert sentence_pieces(model, "abc 👍", None) == [p for p in mixed if p != tokenizer.unk_id]
     long = " ".join(["abc"] * 500)
     assert len(sentence_pieces(model, long, None)) == tokenizer.max_length
     pieces = sentence_pieces(model, "Abc Def", None)

@@ -161,6 +161,41 @@ def test_bpe_sentencepiece_model_is_refused_naming_the_model_type(tmp_path, toy)
         build_tokenizer(proto)
 
 
+def test_a_byte_fallback_vocabulary_exports_with_the_same_vectors(tmp_path, toy):
+    """With byte fallback, a character outside the pieces is its UTF-8 bytes' pieces in psp_core
+    and in both exports: texts the vocabulary lacks get vectors of their own, the same in all
+    three; a literal "<0x41>" in a text is matched as characters, as sentencepiece does (where
+    the vocabulary has those characters, as every vocabulary trained on text with digits does)."""
+    _skip_without("sentence_transformers")
+    _skip_without("model2vec")
+    from model2vec import StaticModel
+    from sentence_transformers import SentenceTransformer
+
+    from psp_core.tokenization.tokenizer import Tokenizer
+    from tests.conftest import random_model
+
+    proto = toy_sentencepiece(
+        toy, 2000, 400, byte_fallback=True, character_coverage=1.0, required_chars="<>0123456789x"
+    )
+    model = random_model(Tokenizer(proto), dim=24)
+    bundle = model.save(tmp_path / "bytes")
+    words = toy.source_words
+    texts = ["👍", "🎉🎉", "日本語のテキスト", "ωψχ", f"{words[0]} 👍 {words[1]}", "<0x41> <0xF0>"]
+    texts += [" ".join(words[i : i + 6]) for i in range(0, 60, 6)]
+    psp = model.embed(texts)
+    assert psp.any(axis=1).all() and len({v.tobytes() for v in psp[:4]}) == 4
+    hf = build_tokenizer(proto, max_length=0)
+    for text in texts:
+        assert hf.encode(text, add_special_tokens=False).ids == (
+            model.tokenizer.processor.Encode(text.lower(), out_type=int)
+        ), text
+    st = export_model(bundle, "sentence-transformers", tmp_path / "st")
+    _check_agreement(psp, SentenceTransformer(str(st), device="cpu").encode(texts), texts)
+    m2v = export_model(bundle, "model2vec", tmp_path / "m2v")
+    vectors = StaticModel.from_pretrained(m2v).encode(texts)
+    np.testing.assert_allclose(vectors, psp, rtol=1e-4, atol=1e-6)
+
+
 def test_a_sentencepiece_model_that_splits_digits_is_refused(toy):
     """The exported tokenizer would keep numbers whole where sentencepiece splits them."""
     _skip_without("tokenizers")

@@ -177,6 +177,10 @@ def test_empty_or_blank_input_gets_400_naming_its_index(served):
     response = client.post("/v1/embeddings", json=embed_body(texts))
     assert response.status_code == 400
     assert "input 517 has nothing to embed" in response.json()["error"]["message"]
+    texts[517], texts[300] = "fine", "👍 ωψχ"  # no piece the vocabulary knows
+    response = client.post("/v1/embeddings", json=embed_body(texts))
+    assert response.status_code == 400
+    assert "input 300 has nothing to embed" in response.json()["error"]["message"]
 
 
 def test_every_embeddings_answer_names_its_model_version(served):

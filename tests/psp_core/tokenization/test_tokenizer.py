@@ -5,12 +5,12 @@ from psp_core.tokenization.csr import TokenBatch
 from psp_core.tokenization.tokenizer import Tokenizer, clean_ids, flatten_id_lists
 
 
-def naive_clean(id_lists, unk, max_length):
+def naive_clean(id_lists, unk, max_length, boundary=None):
     result = []
     for ids in id_lists:
         kept = [i for i in ids if i != unk]
-        if not kept and ids:
-            kept = [unk]
+        if len(kept) < len(ids) and all(i == boundary for i in kept):
+            kept = []  # no piece the vocabulary knows
         result.append(kept[:max_length] if max_length > 0 else kept)
     return result
 
@@ -23,15 +23,20 @@ def as_lists(batch: TokenBatch):
     ("id_lists", "expected"),
     [
         ([[5, 0, 6]], [[5, 6]]),  # unknown dropped
-        ([[0, 0]], [[0]]),  # only unknowns: one unknown kept
+        ([[0, 0]], [[]]),  # only unknowns: nothing to embed
+        ([[1, 0]], [[]]),  # the boundary piece and unknowns: nothing to embed
+        ([[1, 0, 1, 0, 1]], [[]]),
+        ([[1, 0, 1, 5]], [[1, 1, 5]]),  # a known piece: the boundaries stay
+        ([[1, 1]], [[1, 1]]),  # boundaries without an unknown piece stay
         ([[]], [[]]),  # empty stays empty
         ([[1, 2, 3, 4, 5]], [[1, 2, 3]]),  # truncated to 3
         ([[0, 1, 0, 2, 3, 4]], [[1, 2, 3]]),  # unknowns dropped before truncation
-        ([[7], [], [0], [0, 9]], [[7], [], [0], [9]]),
+        ([[7], [], [0], [0, 9], [1, 0], [2]], [[7], [], [], [9], [], [2]]),
     ],
 )
 def test_clean_ids_table(id_lists, expected):
-    assert as_lists(clean_ids(flatten_id_lists(id_lists), unk_id=0, max_length=3)) == expected
+    batch = flatten_id_lists(id_lists)
+    assert as_lists(clean_ids(batch, unk_id=0, max_length=3, boundary_id=1)) == expected
 
 
 def test_clean_ids_matches_naive_on_random_batches():
@@ -42,8 +47,9 @@ def test_clean_ids_matches_naive_on_random_batches():
             for _ in range(rng.integers(1, 30))
         ]
         for max_length in (0, 1, 5):
-            got = as_lists(clean_ids(flatten_id_lists(id_lists), 0, max_length))
-            assert got == naive_clean(id_lists, 0, max_length)
+            for boundary in (None, 1):
+                got = as_lists(clean_ids(flatten_id_lists(id_lists), 0, max_length, boundary))
+                assert got == naive_clean(id_lists, 0, max_length, boundary)
 
 
 def test_encode_lowercases_and_matches_sentencepiece(tokenizer: Tokenizer):
