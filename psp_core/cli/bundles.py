@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from psp_core.cli.errors import CliError
 from psp_core.inference.model import load_model
 from psp_core.inference.pooling import backend, describe
+from psp_core.models.hub import MODEL_HELP, is_hub_id, model_folder
 
 
 def add_info_parser(commands) -> None:
     info = commands.add_parser("info", help="describe a model bundle")
-    info.add_argument("model")
+    info.add_argument("model", help=MODEL_HELP)
     info.set_defaults(handler=cmd_info)
 
 
@@ -22,7 +22,7 @@ def add_export_parser(commands) -> None:
     export = commands.add_parser(
         "export", help="write a bundle as a sentence-transformers or model2vec model folder"
     )
-    export.add_argument("--model", required=True, help="model bundle directory")
+    export.add_argument("--model", required=True, help=MODEL_HELP)
     export.add_argument("--format", required=True, choices=["sentence-transformers", "model2vec"])
     export.add_argument(
         "--output",
@@ -39,10 +39,12 @@ def add_export_parser(commands) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> None:
-    model = load_model(args.model)  # verifies the recorded checksums, when there are any
+    folder = model_folder(args.model)  # (a Hub model: fetched, or found in the cache)
+    model = load_model(folder)  # verifies the recorded checksums, when there are any
     config = model.config
     summary = {
-        "path": str(Path(args.model).resolve()),
+        **({"hub_id": args.model} if is_hub_id(args.model) else {}),
+        "path": str(folder.resolve()),
         "dim": model.dim,
         "vocab_size": model.vocab_size,
         "languages": config.languages,

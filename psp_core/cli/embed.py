@@ -37,6 +37,7 @@ from psp_core.files.output_targets import OutputTarget
 from psp_core.inference.model import EMBED_BATCH_SIZE, load_model
 from psp_core.inference.multiprocess_embed import MIN_SENTENCES_PER_WORKER
 from psp_core.inference.prefaulted_arrays import page_aligned_float32
+from psp_core.models.hub import MODEL_HELP
 
 log = logging.getLogger("psp")
 
@@ -79,7 +80,7 @@ def add_embed_parser(commands) -> None:
         f"line too long for such a text is an error naming it (default {DEFAULT_MAX_CHARS:,}, "
         "past what a model reads: docs/cli.md)",
     )
-    embed.add_argument("--model", required=True, help="model bundle directory")
+    embed.add_argument("--model", required=True, help=MODEL_HELP)
     embed.add_argument(
         "--output-file",
         required=True,

@@ -18,6 +18,7 @@ from psp_core.files.output_files import (
 )
 from psp_core.files.output_targets import STANDARD_OUTPUT
 from psp_core.inference.model import load_model
+from psp_core.models.hub import MODEL_HELP
 
 log = logging.getLogger("psp")
 
@@ -30,7 +31,7 @@ def add_evaluate_parser(commands) -> None:
     evaluate = commands.add_parser(
         "evaluate", help=f"{', '.join(titles[:-1])} and {titles[-1]}, beside the paper"
     )
-    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument("--model", required=True, help=MODEL_HELP)
     evaluate.add_argument(
         "--eval-dir",
         required=True,

@@ -12,6 +12,7 @@ from psp_core.cli.notes import EmptySentences
 from psp_core.extras import require
 from psp_core.files.output_files import check_output_file
 from psp_core.inference.model import load_model
+from psp_core.models.hub import MODEL_HELP
 
 log = logging.getLogger("psp")
 
@@ -20,7 +21,7 @@ def add_mine_parser(commands) -> None:
     mine = commands.add_parser(
         "mine", help="find translation pairs between two monolingual files (ratio margin)"
     )
-    mine.add_argument("--model", required=True)
+    mine.add_argument("--model", required=True, help=MODEL_HELP)
     mine.add_argument("--source-file", required=True, help="one sentence per line")
     mine.add_argument("--target-file", required=True, help="one sentence per line")
     mine.add_argument(

@@ -14,12 +14,13 @@ from psp_core.cli.errors import CliError, require_file
 from psp_core.cli.notes import EmptySentences
 from psp_core.files.output_files import check_output_file, replaced_when_done
 from psp_core.inference.model import EMBED_BATCH_SIZE, load_model
+from psp_core.models.hub import MODEL_HELP
 
 
 def add_score_parser(commands) -> None:
     score = commands.add_parser("score", help="cosine similarity of s1<TAB>s2 lines")
     score.add_argument("--sentence-pair-file", required=True)
-    score.add_argument("--model", required=True)
+    score.add_argument("--model", required=True, help=MODEL_HELP)
     score.add_argument(
         "--output-file",
         default="-",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from psp_core.cli.arguments import port_number, positive_int
 from psp_core.extras import require
+from psp_core.models.hub import hub_folder, is_hub_id
 from psp_core.models.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_HELP, storage_root
 from psp_core.serving.limits import Limits
 
@@ -35,8 +36,9 @@ def add_serve_parser(commands) -> None:
         action="append",
         default=[],
         metavar="NAME=PATH",
-        help="serve PATH (a model registry folder or a bundle) as NAME; repeatable; replaces "
-        "the discovery under the storage root",
+        help="serve PATH (a model registry folder, a bundle, or a bundle on the Hugging Face "
+        "Hub: hf://ORG/NAME[@REVISION], fetched at start) as NAME; repeatable; replaces the "
+        "discovery under the storage root",
     )
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to listen on every interface")
     serve.add_argument("--port", type=port_number, default=8000, help="1 to 65535 (default 8000)")
@@ -229,6 +231,9 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
             name, sep, path = item.partition("=")
             if not sep or not name or not path:
                 raise ValueError(f"--model {item!r}: expected NAME=PATH")
+            if is_hub_id(path):
+                folders[name] = hub_folder(path)
+                continue
             if not Path(path).is_dir():
                 raise ValueError(f"--model {item!r}: {path} is not a folder")
             folders[name] = Path(path)

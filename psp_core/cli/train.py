@@ -14,6 +14,7 @@ from psp_core.cli.errors import CliError, require_file
 from psp_core.extras import require
 from psp_core.files.output_files import check_outputs_apart
 from psp_core.models.bundle import check_bundle_output
+from psp_core.models.hub import hub_folder, is_hub_id
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
 from psp_core.training.config import TrainConfig
 
@@ -36,6 +37,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     require_file(Path(args.spm), "sentencepiece model")
     if args.dev_sts:
         require_file(Path(args.dev_sts), "dev STS file")
+    if is_hub_id(args.init_from):  # (fetched, or found in the Hub's cache)
+        args.init_from = str(hub_folder(args.init_from))
     if args.init_from and not Path(args.init_from).is_dir():
         raise CliError(f"--init-from {args.init_from} is not a model bundle directory")
     if args.max_length < 0:
@@ -128,7 +131,8 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--init-from",
         metavar="MODEL",
-        help="start from this model bundle's weights (a fresh optimizer: bundles keep none) "
+        help="start from this model bundle's weights (a folder or hf://ORG/NAME[@REVISION]; a "
+        "fresh optimizer: bundles keep none) "
         "instead of random ones; its sentencepiece model must be the one --data was encoded "
         "with. A checkpoint to resume takes precedence",
     )

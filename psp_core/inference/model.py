@@ -430,11 +430,14 @@ def load_model(
     word_vector_bytes: int = DEFAULT_BUDGET_BYTES,
     workers: int = 1,
     word_cache_bytes: int = DEFAULT_WORD_CACHE_BYTES,
+    revision: str | None = None,
 ) -> PSPModel:
     """Load a model bundle directory (validated; see :mod:`psp_core.models.bundle`).
 
     Args:
-        path: the bundle directory.
+        path: the bundle directory, or a bundle on the Hugging Face Hub:
+            ``hf://ORG/NAME[/FOLDER][@REVISION]`` (:mod:`psp_core.models.hub`, the ``hub``
+            extra; fetched into the Hub's cache, offline from it with ``HF_HUB_OFFLINE=1``).
         num_threads: sentencepiece threads used when tokenizing.
         dtype: the embedding table in memory: ``"float32"`` (as stored) or ``"float16"`` (half
             the memory; vectors are still returned as float32; its speed and STS scores:
@@ -460,9 +463,12 @@ def load_model(
             share on one thread (:mod:`psp_core.inference.multiprocess_embed`; at least 16,384 sentences a
             share, so small inputs stay in one process). On a first pass over a corpus a process
             per core gains more than ``num_threads`` does (benchmarks/RESULTS.md#embed-corpus).
+        revision: a Hub model's branch, tag or commit (or ``@REVISION`` in ``path``).
     """
+    from psp_core.models.hub import model_folder
+
     device = inference_device(device)  # a device this machine lacks fails before reading
-    config, spm_proto, embeddings = load_bundle(path)
+    config, spm_proto, embeddings = load_bundle(model_folder(path, revision))
     tokenizer = Tokenizer(
         spm_proto,
         lowercase=config.lowercase,

@@ -219,8 +219,11 @@ def load_bundle(directory: str | Path) -> tuple[BundleConfig, bytes, np.ndarray]
     """Read and validate a bundle: returns (config, sentencepiece model bytes, embeddings).
 
     A path through symbolic links (a registry's ``promoted`` link) is resolved once, first: a
-    link swapped while the files are read still gives one bundle's files."""
-    directory = Path(directory).resolve()
+    link swapped while the files are read still gives one bundle's files. A Hub id
+    (``hf://ORG/NAME``) is fetched first (:mod:`psp_core.models.hub`)."""
+    from psp_core.models.hub import model_folder
+
+    directory = model_folder(directory).resolve()
     config = read_config(directory)
     for name in (SPM_FILE, EMBEDDINGS_FILE, *config.files):
         if not (directory / name).is_file():

@@ -40,6 +40,7 @@ import numpy as np
 from psp_core.files.output_dirs import directory_written_then_replaced
 from psp_core.files.output_files import check_output_directory, os_error_code, write_error
 from psp_core.models.bundle import load_bundle
+from psp_core.models.hub import is_hub_id, model_folder
 from psp_core.models.model_card import CARD_FILE, model_card, retarget_card
 from psp_core.tokenization.sentencepiece_spec import (
     _BYTE,
@@ -209,6 +210,9 @@ def export_model(
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; expected one of {list(FORMATS)}")
     check_export_output(output, bundle_dir, overwrite=overwrite)
+    # a Hub model is named by its id, a folder by its name (never a machine's path)
+    source = str(bundle_dir) if is_hub_id(bundle_dir) else Path(bundle_dir).name
+    bundle_dir = model_folder(bundle_dir)  # (a Hub model fetched once the output is checked)
     config, spm_proto, embeddings = load_bundle(bundle_dir)
     spec = _spec(spm_proto)
     problems = _unsupported(spec, config.pretokenizer)
@@ -226,7 +230,7 @@ def export_model(
         "format": format,
         # the bundle by its content, never its path (an export is published: no machine's
         # folder names in it)
-        "source_bundle": Path(bundle_dir).name,
+        "source_bundle": source,
         "source_files": config.files,
         "spm_sha256": config.spm_sha256,
         "dim": config.dim,

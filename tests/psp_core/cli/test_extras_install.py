@@ -200,10 +200,10 @@ def _import_every_module(bin_dir: Path, packages: tuple[str, ...], skip: str, cw
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "extras", ["", "evaluate", "train", "serve", "export", "pipeline", "pipeline,cluster"]
+    "extras", ["", "evaluate", "train", "serve", "export", "hub", "pipeline", "pipeline,cluster"]
 )
 def test_each_extra_alone_runs_its_commands(
-    extras, built, tmp_path, bundle, inputs, train_inputs
+    extras, built, tmp_path, bundle, inputs, train_inputs, monkeypatch
 ) -> None:
     requirements = list(PROJECT["dependencies"])
     if extras:
@@ -254,6 +254,16 @@ def test_each_extra_alone_runs_its_commands(
         done = run_in(bin_dir, "psp", "export", "--model", str(bundle), "--format",
                       "model2vec", "--output", str(out / "m2v"), cwd=tmp_path)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
+    elif extra == "hub":  # a bundle in a Hub cache laid out as huggingface_hub writes it
+        from tests.psp_core.models.test_hub import add_revision, bundle_files
+
+        cache = tmp_path / "hub-cache"
+        add_revision(cache, "org/de", bundle_files(bundle))
+        monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        done = run_in(bin_dir, "psp", "info", "hf://org/de", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["hub_id"] == "hf://org/de"
     else:  # the pipeline runs from its checkout (make install's .pth): every module imports,
         # those of the Celery executor with the cluster extra only
         site = next((bin_dir.parent / "lib").glob("python3*/site-packages"))
