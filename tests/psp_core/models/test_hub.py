@@ -7,6 +7,7 @@ and ``psp serve --model``. What cannot be loaded is one line naming the id and t
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -33,11 +34,10 @@ def add_revision(
     commit. Returns the commit."""
     folder = cache / f"models--{repo.replace('/', '--')}"
     contents = {name: path.read_bytes() for name, path in sorted(files.items())}
-    commit = hashlib.sha1(
-        json.dumps({n: hashlib.sha256(b).hexdigest() for n, b in contents.items()}).encode()
-    ).hexdigest()  # noqa: E501
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in contents.items()}
+    commit = hashlib.sha1(json.dumps(digests).encode()).hexdigest()  # (40 hex digits, as git's)
     for name, data in contents.items():
-        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
+        blob = folder / "blobs" / digests[name]
         blob.parent.mkdir(parents=True, exist_ok=True)
         blob.write_bytes(data)
         link = folder / "snapshots" / commit / name
@@ -96,8 +96,6 @@ def python_embed(model_id: str, env: dict, **kwargs) -> np.ndarray:
         env=env, capture_output=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    import io
-
     return np.load(io.BytesIO(done.stdout))
 
 
