@@ -300,6 +300,21 @@ def test_a_stopped_embed_says_one_line_and_removes_its_temporary(
     assert not output.parent.exists()  # its temporary gone, and the folder made for it
 
 
+def _wait_until_caught(process: subprocess.Popen, sig: signal.Signals, timeout: float = 60) -> None:
+    """Wait until ``process`` has a handler for ``sig`` (its ``SigCgt`` mask in /proc)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = Path(f"/proc/{process.pid}/status").read_text()
+        except FileNotFoundError:
+            return  # (ended already: the assertions say how)
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) >> (sig - 1) & 1:
+            return
+        time.sleep(0.002)
+    raise AssertionError(f"psp did not catch {sig.name} within {timeout} s")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sig, after",
@@ -313,6 +328,9 @@ def test_a_stop_at_any_instant_from_start_up_on_is_one_line_and_leaves_nothing(
     write and the end (a signal during the interpreter's own start, before any of psp's code
     runs, ends it as the system's default does)."""
     process, output = _embed_started(tmp_path, bundle, inputs, default_sigint)
+    # counted from the moment psp catches the signal: before that the interpreter is starting
+    # (on a loaded machine that can take longer than the shortest wait here)
+    _wait_until_caught(process, sig)
     time.sleep(after)
     process.send_signal(sig)
     _, err = process.communicate(timeout=60)
