@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run ui serve test test-fast lint bench clean cluster-e2e
 
-$(STAMP): pyproject.toml setup.py psp_core/inference/_sums.c
+$(STAMP): pyproject.toml setup.py psp_core/inference/fast/_sums.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# the CPU wheel first: an unpinned torch would pull a multi-GB CUDA build

@@ -21,7 +21,7 @@ round by round (``--rounds``, median reported):
   (``TOKENIZERS_PARALLELISM=false``, ``RAYON_NUM_THREADS=1``) and model2vec's multiprocessing
   off (``use_multiprocessing=False``; it is on by default from 10,000 sentences);
 * ``default_all_cores``: ``load_model(path, workers=N)`` (N processes, each on 1 thread:
-  :mod:`psp_core.inference.multiprocess_embed`), N the cores this process may use;
+  :mod:`psp_core.inference.fast.multiprocess_embed`), N the cores this process may use;
 * ``threads_all_cores``: ``load_model(path, num_threads=N)`` with torch's threads set to N
   (one process, N threads), for comparison;
 * ``model2vec_all_cores``: model2vec as it runs by default (its multiprocessing and its
@@ -164,7 +164,7 @@ def corpus_and_bundle(args: argparse.Namespace, vocab_size: int, dim: int) -> tu
 
 def worker(args: argparse.Namespace) -> dict:
     """Load, read, then time passes over the corpus; returns {pass: seconds}."""
-    from psp_core.inference.pooling import set_threads
+    from psp_core.inference.fast.pooling import set_threads
 
     threads = args.threads
     set_threads(threads)  # (torch's threads where torch is installed: see light_install.py)
@@ -212,7 +212,7 @@ def load_peer(name: str, folder: str, all_cores: bool):
 
 def sts_worker(args: argparse.Namespace) -> dict:
     from psp_core import load_model
-    from psp_core.inference.pooling import set_threads
+    from psp_core.inference.fast.pooling import set_threads
 
     set_threads(1)
     sentences, _ = _common.read_sts_sentences(args.data_dir)

@@ -236,7 +236,7 @@ def measure(
     warmup_passes = 1 + warm_up(model, sentences, bs)
     # the same call without the words' sums (the cached ids, averaged piece by piece), and
     # with every sentence through sentencepiece (no word cache): the baselines of
-    # psp_core/inference/word_vectors.py and psp_core/tokenization/word_piece_cache.py; on 1 thread the reference-style path
+    # psp_core/inference/fast/word_vectors.py and psp_core/tokenization/word_piece_cache.py; on 1 thread the reference-style path
     # too. They take turns round by round, so that the ratios compare like with like.
     ids_only = PSPModel(tokenizer, table, config, word_vector_bytes=0)
     ids_only.embed(sentences, batch_size=bs)

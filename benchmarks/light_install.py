@@ -2,7 +2,7 @@
 ``psp embed`` of one line.
 
 A plain ``pip install`` of the project has no torch (it comes with the ``[train]`` extra), so
-``psp_core.inference.pooling`` sums each sentence's rows with the package's compiled loop, or
+``psp_core.inference.fast.pooling`` sums each sentence's rows with the package's compiled loop, or
 scipy or numpy where it was not built; torch only where torch is already imported or more than
 one thread is asked (the ``torch`` path below imports it first). Four measurements, each path (but the sweep's) in
 processes of its own, taking turns round by round (``--rounds``, median reported):
@@ -16,7 +16,7 @@ processes of its own, taking turns round by round (``--rounds``, median reported
   with torch made unimportable (the compiled loop: a plain install), then with the compiled
   loop unimportable too (scipy: a plain install where nothing could be compiled), then with
   scipy unimportable as well (numpy);
-* ``kernel_sweep``: the compiled loop (``psp_core/inference/_sums.c``) built here with other
+* ``kernel_sweep``: the compiled loop (``psp_core/inference/fast/_sums.c``) built here with other
   column blocks and prefetch distances (``KERNEL_VARIANTS``; a block as wide as the table is
   no blocking), each against torch on the pooling workload, in one process taking turns;
 * ``one_line``: the wall time (and CPU time) of ``psp embed`` of one line, and of the corpus'
@@ -72,7 +72,7 @@ else:
     runpy.run_path(sys.argv[0], run_name="__main__")
 """
 #: the cold-corpus and one-line paths: the modules each makes unimportable
-COMPILED = "psp_core.inference._sums"
+COMPILED = "psp_core.inference.fast._sums"
 COLD_PATHS = {
     "torch": "+torch",  # (sums take torch where it is already imported)
     "compiled": "torch",
@@ -123,7 +123,7 @@ def pooling_worker(args: argparse.Namespace) -> dict:
     """Time one implementation of ``weighted_sums`` (``args.path``) on the random workload."""
     import numpy as np
 
-    from psp_core.inference import pooling
+    from psp_core.inference.fast import pooling
 
     pooling.set_threads(1)
     workload = pooling_workload(args)
@@ -171,7 +171,7 @@ def build_kernel(block: int, prefetch: int, folder: Path):
     import os
     import sysconfig
 
-    from psp_core.inference import pooling
+    from psp_core.inference.fast import pooling
 
     source = Path(pooling.__file__).with_name("_sums.c")
     target = folder / f"block{block}-ahead{prefetch}"
@@ -192,7 +192,7 @@ def kernel_sweep(args: argparse.Namespace, folder: Path) -> dict:
     rounds taking turns (1 thread, the pooling workload)."""
     import torch
 
-    from psp_core.inference import pooling
+    from psp_core.inference.fast import pooling
 
     torch.set_num_threads(1)
     workload = pooling_workload(args)

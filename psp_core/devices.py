@@ -1,7 +1,7 @@
 """The torch device a user names (``auto``, ``cpu``, ``cuda``, ``cuda:1``...), checked against
 this machine before any work, with one clear error instead of torch's traceback.
 
-Inference on the CPU needs no torch (:mod:`psp_core.inference.pooling`): :func:`inference_device`
+Inference on the CPU needs no torch (:mod:`psp_core.inference.fast.pooling`): :func:`inference_device`
 answers ``cpu`` and ``auto`` without importing it where it is not installed."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import argparse
 import json
 
 from psp_core.cli.errors import CliError
+from psp_core.inference.fast.pooling import backend, describe
 from psp_core.inference.model import load_model
-from psp_core.inference.pooling import backend, describe
 from psp_core.models.hub import MODEL_HELP, is_hub_id, model_folder
 
 

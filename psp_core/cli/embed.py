@@ -34,9 +34,9 @@ from psp_core.cli.vector_writers import (
 from psp_core.files.output_dirs import work_directory_beside
 from psp_core.files.output_files import OutputError, check_output_file, replaced_when_done
 from psp_core.files.output_targets import OutputTarget
+from psp_core.inference.fast.multiprocess_embed import MIN_SENTENCES_PER_WORKER
+from psp_core.inference.fast.prefaulted_arrays import page_aligned_float32
 from psp_core.inference.model import EMBED_BATCH_SIZE, load_model
-from psp_core.inference.multiprocess_embed import MIN_SENTENCES_PER_WORKER
-from psp_core.inference.prefaulted_arrays import page_aligned_float32
 from psp_core.models.hub import MODEL_HELP
 
 log = logging.getLogger("psp")
@@ -200,7 +200,7 @@ def _embed_corpus(model, corpus: Corpus, output: OutputTarget, dim: int, args) -
     )
     # two buffers taking turns: one is embedded into while the other is written, and fresh
     # memory is only touched once
-    # (with workers, chunks big enough for a share each: psp_core/inference/multiprocess_embed.py)
+    # (with workers, chunks big enough for a share each: psp_core/inference/fast/multiprocess_embed.py)
     chunk = EMBED_CHUNK if model.workers == 1 else 2 * model.workers * MIN_SENTENCES_PER_WORKER
     # (page-aligned, so that an .npy output is written past the page cache: direct_writes.py)
     buffers = [page_aligned_float32((min(count, chunk), model.dim)) for _ in "ab"]

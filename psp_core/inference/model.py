@@ -14,10 +14,10 @@ from tqdm.auto import tqdm
 
 from psp_core.devices import inference_device
 from psp_core.extras import torch_module
-from psp_core.inference.multiprocess_embed import embed_forked, workers_for
-from psp_core.inference.pooling import weighted_sums
-from psp_core.inference.prefaulted_arrays import fresh_float32
-from psp_core.inference.word_vectors import DEFAULT_BUDGET_BYTES, WordVectors, extended_table
+from psp_core.inference.fast.multiprocess_embed import embed_forked, workers_for
+from psp_core.inference.fast.pooling import weighted_sums
+from psp_core.inference.fast.prefaulted_arrays import fresh_float32
+from psp_core.inference.fast.word_vectors import DEFAULT_BUDGET_BYTES, WordVectors, extended_table
 from psp_core.models.bundle import BundleConfig, load_bundle, save_bundle
 from psp_core.tokenization.tokenizer import MAX_SENTENCE_CHARS, Tokenizer
 from psp_core.tokenization.word_piece_cache import DEFAULT_MAX_BYTES as DEFAULT_WORD_CACHE_BYTES
@@ -93,8 +93,8 @@ class PSPModel:
 
     Use :func:`load_model` to read one from a bundle directory. With a tokenizer that keeps a
     word cache, on the CPU, ``embed`` averages each sentence over its words' sums of piece
-    vectors (:mod:`psp_core.inference.word_vectors`; ``word_vector_bytes`` bounds the memory of those
-    sums, 0 turns the path off). On the CPU no torch is needed (:mod:`psp_core.inference.pooling`);
+    vectors (:mod:`psp_core.inference.fast.word_vectors`; ``word_vector_bytes`` bounds the memory of those
+    sums, 0 turns the path off). On the CPU no torch is needed (:mod:`psp_core.inference.fast.pooling`);
     another ``device`` needs it.
     """
 
@@ -123,7 +123,7 @@ class PSPModel:
         self.dtype = dtype
         #: where the averaging runs: ``"cpu"`` or a torch device's name (``"cuda:0"``)
         self.device = inference_device(device)
-        #: processes that share a large input to ``embed`` (psp_core/inference/multiprocess_embed.py)
+        #: processes that share a large input to ``embed`` (psp_core/inference/fast/multiprocess_embed.py)
         self.workers = workers
         itemsize = np.dtype(TABLE_DTYPES[dtype]).itemsize
         capacity = word_vector_bytes // (config.dim * itemsize)
@@ -183,7 +183,7 @@ class PSPModel:
         ``[len(offsets) - 1, dim]``; written into ``out`` when given (a C-contiguous float32
         array of that shape). A sentence without ids gives a zero vector.
 
-        On the CPU the mean is :func:`~psp_core.inference.pooling.weighted_sums` with each id
+        On the CPU the mean is :func:`~psp_core.inference.fast.pooling.weighted_sums` with each id
         weighted by 1/its sentence's length: faster than ``embedding_bag``'s mean mode
         (benchmarks/RESULTS.md#embed-speed), the same vectors to float32 rounding."""
         count = len(offsets) - 1
@@ -457,10 +457,10 @@ def load_model(
             cached.
         word_vector_bytes: memory for the sums of piece vectors of cached words of several
             pieces, which ``embed`` averages over instead of their pieces
-            (:mod:`psp_core.inference.word_vectors`; default 128 MiB; 0 turns the path off).
+            (:mod:`psp_core.inference.fast.word_vectors`; default 128 MiB; 0 turns the path off).
         workers: processes that share a large input to ``embed`` on the CPU (Linux): the
             calling process and ``workers - 1`` forked children, each embedding a contiguous
-            share on one thread (:mod:`psp_core.inference.multiprocess_embed`; at least 16,384 sentences a
+            share on one thread (:mod:`psp_core.inference.fast.multiprocess_embed`; at least 16,384 sentences a
             share, so small inputs stay in one process). On a first pass over a corpus a process
             per core gains more than ``num_threads`` does (benchmarks/RESULTS.md#embed-corpus).
         revision: a Hub model's branch, tag or commit (or ``@REVISION`` in ``path``).

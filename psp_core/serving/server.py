@@ -84,7 +84,7 @@ def serving_app(settings: ServeSettings, on_serving: Callable[[], None] | None =
     ``on_serving`` is called once it serves."""
     from starlette.requests import ClientDisconnect
 
-    from psp_core.inference.pooling import set_threads
+    from psp_core.inference.fast.pooling import set_threads
     from psp_core.serving.app import create_app
     from psp_core.serving.models import ModelSet
 

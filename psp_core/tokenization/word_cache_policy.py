@@ -1,6 +1,6 @@
 """Whether the word cache pays for itself, decided block by block from what it served.
 
-The word cache (:mod:`psp_core.tokenization.word_piece_cache`) and the word sums (:mod:`psp_core.inference.word_vectors`)
+The word cache (:mod:`psp_core.tokenization.word_piece_cache`) and the word sums (:mod:`psp_core.inference.fast.word_vectors`)
 make sentences whose every word is cached much cheaper than sentencepiece; but looking a
 block's words up costs a good part of encoding it, and filling the cache costs a 2-best check
 per new word. Embedding sentences again and again (a benchmark, a server's queries, a second

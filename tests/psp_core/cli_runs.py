@@ -97,7 +97,7 @@ class Blocked:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, Blocked())
 from psp_core.cli.main import main
-from psp_core.inference.pooling import backend
+from psp_core.inference.fast.pooling import backend
 codes = [main(argv) for argv in json.loads(sys.argv[3])]
 with open(sys.argv[2], "w", encoding="utf-8") as handle:
     json.dump(codes, handle)

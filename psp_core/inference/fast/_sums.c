@@ -1,4 +1,4 @@
-/* The sentence sums of psp_core.inference.pooling, compiled: per bag, the weighted sum of its
+/* The sentence sums of psp_core.inference.fast.pooling, compiled: per bag, the weighted sum of its
  * rows of a float32 table (torch's embedding_bag in sum mode with per-sample weights, without
  * torch).
  *

@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from psp_core.inference.pooling import set_threads
-from psp_core.inference.prefaulted_arrays import fresh_float32
+from psp_core.inference.fast.pooling import set_threads
+from psp_core.inference.fast.prefaulted_arrays import fresh_float32
 
 #: the least sentences worth a process of their own: below this a fork and its copy-on-write
 #: faults (a few ms) are a visible share of the work

@@ -46,7 +46,7 @@ def _torch_sums(table, ids, offsets, weights, out) -> None:
         ).numpy()
 
 
-COMPILED_MODULE = "psp_core.inference._sums"
+COMPILED_MODULE = "psp_core.inference.fast._sums"
 
 
 def _compiled_sums(table, ids, offsets, weights, out) -> None:

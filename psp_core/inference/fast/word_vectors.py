@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from psp_core.inference.pooling import weighted_sums
+from psp_core.inference.fast.pooling import weighted_sums
 from psp_core.tokenization.csr import TokenBatch, row_sums
 from psp_core.tokenization.word_piece_cache import WordPieceCache
 

@@ -90,7 +90,7 @@ def test_embed_writes_what_the_model_computes(
 
 
 def test_embed_with_workers_writes_the_same_vectors(tmp_path, bundle, toy, monkeypatch):
-    from psp_core.inference import multiprocess_embed
+    from psp_core.inference.fast import multiprocess_embed
 
     if not multiprocess_embed.can_fork():
         pytest.skip("workers fork: Linux only")

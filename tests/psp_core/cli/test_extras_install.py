@@ -108,7 +108,12 @@ def test_the_wheel_and_sdist_hold_the_library_its_license_and_type_marker(built)
     assert "License-Expression: MIT" in meta and "Classifier: Typing :: Typed" in meta
     with tarfile.open(built["sdist"]) as sdist:
         members = {m.name.split("/", 1)[-1] for m in sdist.getmembers()}
-    assert {"LICENSE", "psp_core/py.typed", "setup.py", "psp_core/inference/_sums.c"} <= members
+    assert {
+        "LICENSE",
+        "psp_core/py.typed",
+        "setup.py",
+        "psp_core/inference/fast/_sums.c",
+    } <= members
     assert not {m.split("/")[0] for m in members} & {"ops", "assets", "pipelines", "tests"}
 
 

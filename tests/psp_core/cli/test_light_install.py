@@ -22,7 +22,7 @@ import pytest
 
 from psp_core import load_model
 from psp_core.extras import PACKAGE
-from psp_core.inference.pooling import COMPILED_MODULE
+from psp_core.inference.fast.pooling import COMPILED_MODULE
 from tests.conftest import require_shared_data
 from tests.psp_core.cli_runs import EXTRAS_MODULES, one_error_line, run_psp_without
 from tests.psp_core.fresh_venvs import link_distributions
@@ -194,7 +194,7 @@ def test_a_virtual_environment_without_the_extras_gives_the_same_vectors(
     assert embed.returncode == 0, embed.stderr[-3000:]
     check = (
         "import sys, numpy; from psp_core import load_model; "
-        "from psp_core.inference.pooling import backend; "
+        "from psp_core.inference.fast.pooling import backend; "
         f"v = load_model({str(trained)!r}).embed(open('sts.txt').read().splitlines()); "
         "numpy.save('api.npy', v); print(sorted(m for m in sys.modules if m == 'torch'), "
         "backend())"

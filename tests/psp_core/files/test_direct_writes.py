@@ -13,7 +13,7 @@ import pytest
 import psp_core.files.direct_writes as direct_writes
 from psp_core.files.direct_writes import DIRECT_ALIGN, DirectNpyWriter
 from psp_core.files.output_files import replaced_when_done
-from psp_core.inference.prefaulted_arrays import page_aligned_float32
+from psp_core.inference.fast.prefaulted_arrays import page_aligned_float32
 from tests.psp_core.filesystems import listing
 
 

@@ -1,4 +1,4 @@
-"""``embed`` with worker processes (psp_core/inference/multiprocess_embed.py): the same vectors as one
+"""``embed`` with worker processes (psp_core/inference/fast/multiprocess_embed.py): the same vectors as one
 process, the caller's memory and children left as they were, and failures that leave nothing
 running."""
 
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from psp_core import load_model
-from psp_core.inference import multiprocess_embed
-from psp_core.inference.multiprocess_embed import WorkerFailed, embed_forked
+from psp_core.inference.fast import multiprocess_embed
+from psp_core.inference.fast.multiprocess_embed import WorkerFailed, embed_forked
 
 pytestmark = pytest.mark.skipif(
     not multiprocess_embed.can_fork(), reason="workers fork: Linux only"
@@ -144,7 +144,7 @@ def test_workers_die_with_a_parent_killed_hard(tmp_path: Path):
     script = textwrap.dedent(
         f"""
         import os, threading, time
-        from psp_core.inference import multiprocess_embed
+        from psp_core.inference.fast import multiprocess_embed
         multiprocess_embed.MIN_SENTENCES_PER_WORKER = 10
 
         def embed_into(texts, out, done):

@@ -1,4 +1,4 @@
-"""Every implementation of the sentence sums (``psp_core/inference/pooling.py``: torch, the
+"""Every implementation of the sentence sums (``psp_core/inference/fast/pooling.py``: torch, the
 compiled loop, scipy, numpy) gives the float64 sums to float32 rounding, empty sentences zero,
 from float32 and float16 tables, and writes into the ``out`` it is given; which one sums."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from psp_core.extras import optional_module
-from psp_core.inference import pooling
+from psp_core.inference.fast import pooling
 
 
 def _bags(seed: int = 0, count: int = 40, vocab: int = 300, dim: int = 24):
@@ -63,7 +63,7 @@ def test_weighted_sums_gives_the_sums_whichever_implementation_it_takes() -> Non
 WHICH_SUMS = """
 import sys
 import numpy as np
-from psp_core.inference import pooling
+from psp_core.inference.fast import pooling
 table = np.ones((50, 8), dtype=np.float32)
 offsets = np.arange(0, 3 * 200 + 1, 3)
 ids = np.zeros(600, dtype=np.int64)

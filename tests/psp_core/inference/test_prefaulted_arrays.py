@@ -1,4 +1,4 @@
-"""Large outputs mapped up front (psp_core/inference/prefaulted_arrays.py): ordinary writable private arrays."""
+"""Large outputs mapped up front (psp_core/inference/fast/prefaulted_arrays.py): ordinary writable private arrays."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from psp_core.inference.prefaulted_arrays import POPULATE_BYTES, fresh_float32
+from psp_core.inference.fast.prefaulted_arrays import POPULATE_BYTES, fresh_float32
 
 
 def test_a_large_output_is_a_writable_private_array():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from psp_core.extras import optional_module
-from psp_core.inference import pooling
+from psp_core.inference.fast import pooling
 from psp_core.inference.model import load_model
 from psp_core.inference.reference import reference_embed, sentence_pieces
 from tests.conftest import random_model

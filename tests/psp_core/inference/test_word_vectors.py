@@ -1,4 +1,4 @@
-"""``embed`` over words' sums of piece vectors (``psp_core/inference/word_vectors.py``) gives the piece
+"""``embed`` over words' sums of piece vectors (``psp_core/inference/fast/word_vectors.py``) gives the piece
 path's vectors: on the shared STS sentences and on the cases it must leave to the piece path
 (unknown pieces, sentences of only unknown pieces, sentences past ``max_length``, near ties,
 whitespace hazards, a full table of sums), in float32 and float16."""
