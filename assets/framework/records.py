@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from assets.framework.stage import Manifest
 
@@ -22,6 +22,9 @@ R = TypeVar("R", bound="Record")
 @dataclass(frozen=True, kw_only=True)
 class Record:
     """A stage's record; keys its class does not name are kept, as they were, in ``extra``."""
+
+    #: optional fields that a record made here writes even when None (the manifest's shape)
+    written_when_none: ClassVar[frozenset[str]] = frozenset()
 
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     #: the keys the record was read with (:meth:`as_dict` writes those back, no more)
@@ -36,7 +39,8 @@ class Record:
 
     def as_dict(self) -> dict[str, Any]:
         """The record as ``manifest.json`` holds it: a record read from one gives back the keys
-        it was read with; one made here its fields, less the optional ones that are None."""
+        it was read with; one made here its fields, less the optional ones that are None (but
+        those of :attr:`written_when_none`)."""
         named = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
@@ -44,7 +48,11 @@ class Record:
             and (
                 f.name in self.read_keys
                 if self.read_keys
-                else not (f.default is None and getattr(self, f.name) is None)
+                else not (
+                    f.default is None
+                    and getattr(self, f.name) is None
+                    and f.name not in self.written_when_none
+                )
             )
         }
         return named | self.extra
@@ -196,6 +204,49 @@ class ModelRecord(Record):
     training_window: list[float] | None = None
     loss_curve: list[Any] | None = None
     version: str | None = None
+
+    # (the version is added by the plan once the registry has given it an id)
+    written_when_none: ClassVar[frozenset[str]] = frozenset(
+        {
+            "best_epoch",
+            "best_dev_score",
+            "best_epoch_unavailable",
+            "dev_sts",
+            "model_selection",
+            "seconds",
+            "training_window",
+            "loss_curve",
+        }
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrainPlanRecord(Record):
+    """retrain_plan: the deduplicated pairs it was made for (``upstream``), the version it
+    considered continuing (``candidate``) and the run's ``retrain`` setting; the mode decided
+    (``full`` or ``incremental``), the parent an incremental retrain continues, the rule and its
+    reason; the new, replayed and lineage pairs, the seen pairs and the vocabulary's fit; the
+    multilingual version a full retrain starts from (``init_from``) and why."""
+
+    upstream: str | None = None
+    candidate: str | None = None
+    setting: str | None = None
+    mode: str = "full"
+    parent: str | None = None
+    rule: str | None = None
+    reason: str = ""
+    new_pairs: int = 0
+    replay_pairs: int = 0
+    lineage_pairs: int = 0
+    seen_pairs: int | None = None
+    vocabulary_fit: dict[str, Any] | None = None
+    init_from: str | None = None
+    init_from_reason: str | None = None
+    seconds: float | None = None
+
+    @property
+    def incremental(self) -> bool:
+        return self.mode == "incremental"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from assets.framework.catalog import MODEL_GROUP
 from assets.framework.log_bridge import logs_to_dagster
 from assets.framework.metadata import common_metadata, epochs_table, settings_table
 from assets.framework.orphan_guard import stop_when_orphaned
-from assets.framework.records import ModelRecord, read_record
+from assets.framework.records import ModelRecord, RetrainPlanRecord, read_record
 from assets.framework.slots import machine_slot
 from assets.framework.stage import Manifest, Stage, fingerprint
 from assets.framework.stage_asset import Check, CheckSpec, Plan, Report, StageRun, stage_asset
@@ -212,9 +212,9 @@ class ModelTraining:
             info_extra = {"vocabulary_fit": reference} if reference else {}
             shutil.copyfile(self.retrain.output("train_keys"), bundle_path.parent / TRAIN_PAIRS)
             lineage |= {
-                "deduplicated_pairs": self.retrain.record["upstream"],
+                "deduplicated_pairs": read_record(self.retrain, RetrainPlanRecord).upstream,
                 "retrain_plan": self.retrain.fingerprint,
-                "retrain_candidate": self.retrain.record.get("candidate"),
+                "retrain_candidate": read_record(self.retrain, RetrainPlanRecord).candidate,
             }
         else:
             info_extra = {}
@@ -246,17 +246,21 @@ class ModelTraining:
         """The version's ``retrain`` entry: the plan's, for an incremental retrain; for a full
         one the plan's reason where it chose full over incremental, and the version the gate
         compares it with."""
-        plan = self.retrain.record if self.retrain is not None else {}
-        if plan.get("mode") == "incremental":
+        plan = (
+            read_record(self.retrain, RetrainPlanRecord)
+            if self.retrain is not None
+            else RetrainPlanRecord()
+        )
+        if plan.incremental:
             return retrain_record(
                 "incremental",
-                parent=plan["parent"],
-                new_pairs=plan["new_pairs"],
-                replay_pairs=plan["replay_pairs"],
-                reason=plan["reason"],
+                parent=plan.parent,
+                new_pairs=plan.new_pairs,
+                replay_pairs=plan.replay_pairs,
+                reason=plan.reason,
             )
         # (a plan reused from a run before the promoted version existed says nothing new)
-        why = plan.get("reason") if plan.get("rule") not in (None, "no_promoted") else None
+        why = plan.reason if plan.rule not in (None, "no_promoted") else None
         start = self.parent.id if self.parent is not None else None
         return full_retrain(self.promoted_at_start, n_pairs, why=why, multi_start=start)
 
@@ -299,28 +303,27 @@ class ModelTraining:
     def _record(self, result, curve: LossCurve, window: list[float], seconds: float) -> dict:
         bundle_config = json.loads((result.bundle / "config.json").read_text())
         selection = self.selection
-        return {
-            "history": result.state.history,
-            "steps": result.state.step,
-            "best_epoch": result.state.best_epoch,
-            "best_dev_score": result.state.best_score,
-            "best_epoch_unavailable": (bundle_config.get("training") or {}).get(
+        record = ModelRecord(
+            history=result.state.history,
+            steps=result.state.step,
+            best_epoch=result.state.best_epoch,
+            best_dev_score=result.state.best_score,
+            best_epoch_unavailable=(bundle_config.get("training") or {}).get(
                 "best_epoch_unavailable"
             ),
             # (the dev suite's STS 2017 track: the evaluation marks it dev, as STS-B's dev split)
-            "dev_sts": dev_files()["sts17_en_en"]
-            if selection == DEV_SUITE_SELECTION
-            else selection,
-            "model_selection": selection,
-            "dim": bundle_config["dim"],
-            "vocab_size": bundle_config["vocab_size"],
-            "settings": self.settings,
-            "settings_from": self.settings_from,
-            "seconds": round(seconds, 3),
-            "training_window": window,
+            dev_sts=dev_files()["sts17_en_en"] if selection == DEV_SUITE_SELECTION else selection,
+            model_selection=selection,
+            dim=bundle_config["dim"],
+            vocab_size=bundle_config["vocab_size"],
+            settings=self.settings,
+            settings_from=self.settings_from,
+            seconds=round(seconds, 3),
+            training_window=window,
             # mean loss per window of steps (of this run's steps: a resumed run starts later)
-            "loss_curve": curve.curve(),
-        }
+            loss_curve=curve.curve(),
+        )
+        return record.as_dict()
 
 
 def plan_training(run: StageRun, profile_asset: str) -> tuple[ModelTraining, dict]:

@@ -32,6 +32,7 @@ import zlib
 from dagster import Failure, MetadataValue
 
 from assets.framework.metadata import common_metadata
+from assets.framework.records import RetrainPlanRecord, read_record
 from assets.framework.stage import Manifest, StageInputMissing
 from assets.framework.stage_asset import Plan, Report, StageRun, stage_asset
 from assets.lifecycle.model_versions import model_registry
@@ -264,14 +265,17 @@ def current_plan(run: StageRun) -> Manifest | None:
         planned = run.inputs.retrain_plan
     except StageInputMissing:
         return None
-    if planned.record.get("upstream") != run.inputs.deduplicated_pairs.fingerprint:
+    if (
+        read_record(planned, RetrainPlanRecord).upstream
+        != run.inputs.deduplicated_pairs.fingerprint
+    ):
         return None
     return planned
 
 
 def is_incremental(plan: Manifest | None) -> bool:
     """Whether ``plan`` (:func:`current_plan`'s) is an incremental retrain."""
-    return plan is not None and plan.record["mode"] == "incremental"
+    return plan is not None and read_record(plan, RetrainPlanRecord).incremental
 
 
 def starting_version(plan: Manifest | None, code: str) -> tuple[str, str] | None:
@@ -279,10 +283,11 @@ def starting_version(plan: Manifest | None, code: str) -> tuple[str, str] | None
     (its registry's code, its id): an incremental retrain's parent, or the multilingual version
     a full retrain starts from (``init_from``); None: random weights and a vocabulary of its
     own."""
-    if is_incremental(plan):
-        return code, plan.record["parent"]
-    if plan is not None and plan.record.get("init_from"):
-        return MULTI, plan.record["init_from"]
+    record = read_record(plan, RetrainPlanRecord) if plan is not None else None
+    if record is not None and record.incremental:
+        return code, record.parent
+    if record is not None and record.init_from:
+        return MULTI, record.init_from
     return None
 
 
@@ -305,20 +310,20 @@ def copy_parent_vocabulary(registry: ModelRegistry, parent: str, output) -> None
 
 def report(run: StageRun, plan: Plan, manifest: Manifest) -> Report:
     """The mode, the parent, why; the new, replayed and seen pairs; the vocabulary's fit."""
-    record = manifest.record
+    record = read_record(manifest, RetrainPlanRecord)
     metadata = common_metadata(manifest, "train_keys")
     metadata |= {
-        "retrain_mode": MetadataValue.text(record["mode"]),
-        "retrain_parent": MetadataValue.text(record.get("parent") or "none"),
-        "retrain_reason": MetadataValue.text(record["reason"]),
-        "new_pairs": MetadataValue.int(int(record["new_pairs"])),
-        "replay_pairs": MetadataValue.int(int(record["replay_pairs"])),
-        "lineage_pairs": MetadataValue.int(int(record["lineage_pairs"])),
+        "retrain_mode": MetadataValue.text(record.mode),
+        "retrain_parent": MetadataValue.text(record.parent or "none"),
+        "retrain_reason": MetadataValue.text(record.reason),
+        "new_pairs": MetadataValue.int(int(record.new_pairs)),
+        "replay_pairs": MetadataValue.int(int(record.replay_pairs)),
+        "lineage_pairs": MetadataValue.int(int(record.lineage_pairs)),
     }
-    if "vocabulary_fit" in record:
-        metadata["vocabulary_fit"] = MetadataValue.json(record["vocabulary_fit"])
-    if "init_from_reason" in record:
-        metadata["init_from"] = MetadataValue.text(record["init_from_reason"])
+    if record.vocabulary_fit is not None:
+        metadata["vocabulary_fit"] = MetadataValue.json(record.vocabulary_fit)
+    if record.init_from_reason is not None:
+        metadata["init_from"] = MetadataValue.text(record.init_from_reason)
     return Report(metadata)
 
 

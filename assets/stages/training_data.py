@@ -12,6 +12,7 @@ from dagster import MetadataValue
 from assets.framework.metadata import pipeline_funnel_table, report_metadata
 from assets.framework.records import (
     PairCounts,
+    RetrainPlanRecord,
     SentencepieceRecord,
     TrainingDataRecord,
     read_record,
@@ -64,7 +65,8 @@ def plan(
     incremental = is_incremental(retrain)
     if incremental:  # the plan's new and replayed pairs
         source = retrain.output("pairs")
-        n_pairs = retrain.record["new_pairs"] + retrain.record["replay_pairs"]
+        planned = read_record(retrain, RetrainPlanRecord)
+        n_pairs = planned.new_pairs + planned.replay_pairs
 
     def compute() -> tuple[dict, dict]:
         release_free_memory()  # the previous stages' freed heap back to the OS

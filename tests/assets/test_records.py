@@ -53,3 +53,39 @@ def test_an_older_record_without_later_fields_still_reads() -> None:
         {"settings": {"vocab_size": 500}, "vocab_size": 512, "sha256": "ab"}
     )
     assert (spm.requested_vocab_size, spm.vocab_size, spm.seconds) == (500, 512, 0.0)
+
+
+def test_a_model_record_made_by_the_stage_is_written_as_it_is_read() -> None:
+    """psp_model builds its record as a ModelRecord: the manifest keeps the shape it always had
+    (every field, None ones included, but the version the plan adds later), and reading it back
+    gives the same record."""
+    from assets.framework.records import ModelRecord
+
+    made = ModelRecord(
+        history=[{"epoch": 0, "loss": 0.5}], steps=10, dim=8, vocab_size=100,
+        settings={"lr": 0.05}, settings_from={"lr": "profile demo"}, seconds=1.5,
+    )  # fmt: skip
+    written = made.as_dict()
+    assert set(written) == {
+        "history", "steps", "best_epoch", "best_dev_score", "best_epoch_unavailable",
+        "dev_sts", "model_selection", "dim", "vocab_size", "settings", "settings_from",
+        "seconds", "training_window", "loss_curve",
+    }  # fmt: skip
+    assert written["best_epoch"] is None and "version" not in written
+    read = ModelRecord.from_dict(json.loads(json.dumps(written | {"version": "v3"})))
+    assert read.as_dict() == written | {"version": "v3"}
+    assert (read.steps, read.settings_from, read.version) == (10, {"lr": "profile demo"}, "v3")
+
+
+def test_a_retrain_plan_reads_typed_from_either_mode() -> None:
+    from assets.framework.records import RetrainPlanRecord
+
+    incremental = RetrainPlanRecord.from_dict(
+        {"upstream": "fp", "candidate": "v2", "setting": "auto", "mode": "incremental",
+         "parent": "v2", "rule": "incremental", "reason": "new pairs", "new_pairs": 5,
+         "replay_pairs": 5, "lineage_pairs": 20, "seen_pairs": 10, "seconds": 0.1}
+    )  # fmt: skip
+    assert incremental.incremental and incremental.parent == "v2"
+    assert incremental.new_pairs + incremental.replay_pairs == 10
+    full = RetrainPlanRecord.from_dict({"mode": "full", "parent": None, "reason": "first"})
+    assert not full.incremental and full.init_from is None and full.vocabulary_fit is None
