@@ -244,6 +244,8 @@ class RetrainPlanRecord(Record):
     init_from_reason: str | None = None
     seconds: float | None = None
 
+    written_when_none: ClassVar[frozenset[str]] = frozenset({"candidate", "parent"})
+
     @property
     def incremental(self) -> bool:
         return self.mode == "incremental"
@@ -257,6 +259,10 @@ class EvaluationRecord(Record):
     sts_mean: dict[str, Any] | None = None
     sts_mean_note: str | None = None
     dev_sts: str | None = None
+
+    written_when_none: ClassVar[frozenset[str]] = frozenset(
+        {"sts_mean", "sts_mean_note", "dev_sts"}
+    )
     sts17: dict[str, dict[str, Any]] = field(default_factory=dict)
     speed: dict[str, Any] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)

@@ -98,14 +98,15 @@ def plan(run: StageRun, suites_for: EvaluationPlan) -> Plan:
         summary = results.to_dict()
         stage.path("results.json").write_text(json.dumps(summary, indent=2) + "\n")
         stage.path("results.md").write_text(results.to_markdown() + "\n")
-        return {"json": "results.json", "markdown": "results.md"}, {
-            "sts_mean": summary["sts"]["mean"],
-            "sts_mean_note": summary["sts"]["mean_note"],
-            "dev_sts": summary["dev_sts"],
-            "sts17": summary["sts17"],
-            "speed": summary["speed"],
-            "missing": summary["missing"],
-        }
+        record = EvaluationRecord(
+            sts_mean=summary["sts"]["mean"],
+            sts_mean_note=summary["sts"]["mean_note"],
+            dev_sts=summary["dev_sts"],
+            sts17=summary["sts17"],
+            speed=summary["speed"],
+            missing=summary["missing"],
+        )
+        return {"json": "results.json", "markdown": "results.md"}, record.as_dict()
 
     key = {
         # this stage's code version also for the multilingual model's evaluation (whose

@@ -154,7 +154,7 @@ def plan(run: StageRun) -> Plan:
         start = f"; {record['init_from_reason']}" if "init_from_reason" in record else ""
         run.context.log.info("retrain: %s (%s%s)", record["mode"], record["reason"], start)
         record["seconds"] = round(time.perf_counter() - started, 3)
-        return outputs, record
+        return outputs, RetrainPlanRecord(**record).as_dict()
 
     key = {"upstream": pairs.fingerprint, "retrain": setting, "candidate": candidate}
     return Plan(key | {"settings": settings}, compute)

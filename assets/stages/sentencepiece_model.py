@@ -49,16 +49,17 @@ def plan(run: StageRun, *, profile_asset: str = "sentencepiece_model") -> Plan:
     return Plan({"upstream": upstream.fingerprint, "settings": settings}, compute)
 
 
-def _record(path, settings: dict, started: float) -> dict:
+def _record(path, settings: dict, started: float, **extra) -> dict:
     """The stage's record of the sentencepiece model at ``path``: the settings it was asked
-    for, the vocabulary it has, its hash, the stage's time."""
+    for, the vocabulary it has, its hash, the stage's time (and ``extra`` keys)."""
     tokenizer = Tokenizer.from_file(path)
-    return {
-        "settings": settings,
-        "vocab_size": tokenizer.vocab_size,
-        "sha256": tokenizer.sha256,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+    return SentencepieceRecord(
+        settings=settings,
+        vocab_size=tokenizer.vocab_size,
+        sha256=tokenizer.sha256,
+        seconds=round(time.perf_counter() - started, 3),
+        extra=extra,
+    ).as_dict()
 
 
 def _parent_vocabulary(run: StageRun, code: str, parent: str, settings: dict) -> Plan:
@@ -71,7 +72,7 @@ def _parent_vocabulary(run: StageRun, code: str, parent: str, settings: dict) ->
         started = time.perf_counter()
         path = run.stage.path("sentencepiece.model")
         copy_parent_vocabulary(registry, parent, path)
-        return {"model": path.name}, _record(path, settings, started) | {"copied_from": parent}
+        return {"model": path.name}, _record(path, settings, started, copied_from=parent)
 
     return Plan({"copied_from": parent}, compute)
 
