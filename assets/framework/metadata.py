@@ -43,8 +43,10 @@ def funnel_table(report: PairCounts) -> MetadataValue:
 
 
 def report_metadata(manifest: Manifest, report: PairCounts, output: str) -> dict:
-    """Metadata for a stage that turned one pair file into another."""
-    metadata: dict[str, Any] = {
+    """Metadata for a stage that turned one pair file into another (a reused output's note
+    first, above the figures it is about)."""
+    metadata: dict[str, Any] = common_metadata(manifest, output)
+    metadata |= {
         "pairs_in": MetadataValue.int(int(report.n_in)),
         "pairs_out": MetadataValue.int(int(report.n_out)),
         "pairs_dropped": MetadataValue.int(int(report.n_in) - int(report.n_out)),
@@ -53,7 +55,6 @@ def report_metadata(manifest: Manifest, report: PairCounts, output: str) -> dict
     }
     for remark, count in sorted(report.notes.items()):  # e.g. pairs_unscored
         metadata[f"pairs_{remark}"] = MetadataValue.int(int(count))
-    metadata.update(common_metadata(manifest, output))
     return metadata
 
 

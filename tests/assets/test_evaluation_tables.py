@@ -22,3 +22,27 @@ def test_the_speed_table_names_its_units() -> None:
     assert rows["embed pre-tokenized ids"] == (221100.0, "sentences/s")
     assert rows["repeats (the best is shown)"] == (3.0, "runs")
     assert len(rows) == len(speed)
+
+
+def test_the_sts_tables_carry_the_papers_figures_beside_ours() -> None:
+    """As results.md does: each year's mean and each STS 2017 track the paper reports, beside
+    the model's; none beside a figure the paper has no counterpart for (one dataset, a mean
+    over fewer years, the dev track)."""
+    c = {"n": 250, "pearson": 70.04, "spearman": 69.2}
+    summary = {
+        "sts": {
+            "datasets": {"2012": {"MSRpar": c}},
+            "years": {"2012": c},
+            "mean": c,
+            "mean_over_years": ["2012"],
+        },
+        "sts17": {"ar-ar": c, "en-en": c},
+        "dev_sts": "sts17/en-en.tsv",
+    }
+    tables = evaluation_tables(summary)
+    for name in ("sts", "sts17"):
+        assert [column.name for column in tables[name].value.schema.columns][-1] == "paper"
+    sts = {row.data["set"].strip(): row.data["paper"] for row in tables["sts"].value.records}
+    assert sts == {"STS 2012 (mean)": 68.7, "2012 MSRpar": None, "mean 2012": None}
+    sts17 = {row.data["set"]: row.data["paper"] for row in tables["sts17"].value.records}
+    assert sts17 == {"ar-ar": 76.2, "en-en": None}

@@ -181,6 +181,10 @@ def test_bitext_language_end_to_end_then_reuse_then_inbox(world: dict, opus_serv
     for name in STAGES:
         assert any(m.startswith(f"{name} [de]: nothing to compute") for m in said), name
     assert all(metadata_of(again, name)["reused"] for name in STAGES)
+    # the note that the figures are an earlier run's comes above them, on every stage
+    assert {name: list(metadata_of(again, name))[0] for name in STAGES} == dict.fromkeys(
+        STAGES, "reused_note"
+    )
     assert "nothing recomputed" in metadata_of(again, "psp_model")["reused_note"]
     assert "reused_note" not in metadata_of(result, "psp_model")
     assert time.perf_counter() - started < 30
