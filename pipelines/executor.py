@@ -8,7 +8,10 @@ with every stage reused slow (benchmarks/RESULTS.md#noop-rerun). ``execution: {c
 still selects it (a step then runs in a process of its own, and a crash of one step cannot take
 the run worker down with it).
 
-Before a run executes its plan it records its worker (``pipelines.dead_runs.record_worker``),
+Before a run executes its plan it names its language and profile in its tags where its launch
+did not (the launchpad, ``dagster job execute``: the schedule's and the sensor's runs have them),
+so the runs list tells a smoke run from a paper run; it records its worker
+(``pipelines.dead_runs.record_worker``),
 fails the runs on this host whose worker is gone and frees their concurrency slots; while it
 executes, a thread repeats that every ``POLL_SECONDS``, so a run waiting for the
 ``psp_training`` pool gets the slot of a holder that was killed meanwhile.
@@ -24,6 +27,7 @@ from contextlib import contextmanager
 from dagster import (
     DagsterEvent,
     DagsterInstance,
+    DagsterRun,
     Executor,
     ExecutorDefinition,
     Field,
@@ -31,9 +35,34 @@ from dagster import (
     multiple_process_executor_requirements,
 )
 
+from assets.settings.profiles import profile_from_environment
 from pipelines.dead_runs import POLL_SECONDS, fail_dead_runs, record_worker
 
 log = logging.getLogger(__name__)
+LANGUAGE_TAG, PROFILE_TAG = "psp/language", "psp/profile"
+
+
+def run_labels(run: DagsterRun) -> dict[str, str]:
+    """The ``psp/language`` and ``psp/profile`` tags ``run`` lacks: its partition, and the
+    profile its run config names (else the code location's default, ``PSP_PROFILE``)."""
+    labels = {}
+    partition = run.tags.get("dagster/partition")
+    if partition and LANGUAGE_TAG not in run.tags:
+        labels[LANGUAGE_TAG] = partition
+    if PROFILE_TAG not in run.tags:
+        resource = ((run.run_config or {}).get("resources") or {}).get("profile") or {}
+        named = (resource.get("config") or {}).get("name")
+        labels[PROFILE_TAG] = str(
+            getattr(named, "value", named) or profile_from_environment().value
+        )
+    return labels
+
+
+def label_run(instance: DagsterInstance, run: DagsterRun) -> None:
+    """Tag ``run`` with :func:`run_labels`."""
+    labels = run_labels(run)
+    if labels:
+        instance.add_run_tags(run.run_id, labels)
 
 
 class _DeadRunWatch:
@@ -109,6 +138,7 @@ class DeadRunWatchingExecutor(Executor):
         instance = plan_context.instance
         watch = _DeadRunWatch(instance, plan_context.run_id, self._interval)
         if not instance.is_ephemeral:
+            label_run(instance, plan_context.dagster_run)
             record_worker(instance, plan_context.run_id)
             watch.check(instance)
         with watch.running():

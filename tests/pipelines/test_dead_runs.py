@@ -184,6 +184,11 @@ def test_kill_9_during_training_does_not_block_the_next_run(tmp_path, monkeypatc
         assert statuses == ["FAILURE", "SUCCESS", "SUCCESS"], statuses
         failed = next(r for r in runs_by_id.values() if r.status == DagsterRunStatus.FAILURE)
         assert failed.tags[WORKER_TAG]  # A recorded its worker
+        # runs of dagster job execute name their language and profile, as scheduled ones do
+        labels = {
+            (r.tags.get("psp/language"), r.tags.get("psp/profile")) for r in runs_by_id.values()
+        }
+        assert labels == {("de", "smoke")}, labels
         assert instance.event_log_storage.get_concurrency_info("psp_training").claimed_slots == []
         assert "is gone (killed?)" in tail(logs[2], 10**6)
         assert (storage / "de" / "psp_model" / "model" / "config.json").is_file()

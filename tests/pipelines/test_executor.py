@@ -55,3 +55,26 @@ def test_steps_run_in_the_run_process_by_default(instance) -> None:
 def test_multiprocess_by_run_config_gives_each_step_a_process(instance) -> None:
     run_pid, pids = step_pids(instance, {"execution": {"config": {"multiprocess": {}}}})
     assert len(pids) == 2 and run_pid not in pids
+
+
+def test_a_run_launched_without_labels_gets_its_language_and_profile(monkeypatch) -> None:
+    """The launchpad's and dagster job execute's runs: the partition and the run config's
+    profile (else the code location's default); labels a launch gave are kept."""
+    from dagster import DagsterRun
+
+    from pipelines.executor import run_labels
+
+    monkeypatch.setenv("PSP_PROFILE", "demo")
+    smoke = {"resources": {"profile": {"config": {"name": "smoke"}}}}
+    launched = DagsterRun(job_name="psp_language_job", tags={"dagster/partition": "fr"})
+    assert run_labels(launched) == {"psp/language": "fr", "psp/profile": "demo"}
+    configured = DagsterRun(
+        job_name="psp_language_job", run_config=smoke, tags={"dagster/partition": "fr"}
+    )
+    assert run_labels(configured) == {"psp/language": "fr", "psp/profile": "smoke"}
+    scheduled = DagsterRun(
+        job_name="psp_language_job",
+        tags={"dagster/partition": "fr", "psp/language": "fr", "psp/profile": "paper"},
+    )
+    assert run_labels(scheduled) == {}
+    assert run_labels(DagsterRun(job_name="scoreboard_job")) == {"psp/profile": "demo"}
