@@ -163,16 +163,16 @@ def plan(run: StageRun) -> Plan:
             for path, _ in parts:
                 path.unlink()
         reports = [part.as_dict() for _, part in parts]
-        record = {
-            "n_in": sum(r["n_in"] for r in reports),
-            "n_out": sum(r["n_out"] for r in reports),
-            "dropped": _sum_counts(reports, "dropped"),
-            "notes": _sum_counts(reports, "notes"),
-            "seconds": sum(r["seconds"] for r in reports),
-            "parts": reports,
-            "sources": sources,
-        }
-        return {"pairs": "pairs.parquet"}, record
+        record = RawPairsRecord(
+            n_in=sum(r["n_in"] for r in reports),
+            n_out=sum(r["n_out"] for r in reports),
+            dropped=_sum_counts(reports, "dropped"),
+            notes=_sum_counts(reports, "notes"),
+            seconds=sum(r["seconds"] for r in reports),
+            parts=reports,
+            sources=sources,
+        )
+        return {"pairs": "pairs.parquet"}, record.as_dict()
 
     return Plan({"lang": spec.code, "sources": sources}, compute)
 
