@@ -182,7 +182,31 @@ def test_the_ui_materializes_a_partition_and_shows_a_trained_language(
     """One `dagster dev` and one browser for both parts (each start costs seconds): what a
     newcomer does first, then what they look at once a language is trained."""
     materialize_one_language_partition_from_the_ui(dagster_ui, browser)
+    the_schedule_preview_names_each_runs_language_and_profile(dagster_ui, browser)
     a_trained_language_shows_its_loss_picture_checks_and_progress(dagster_ui, browser, monkeypatch)
+
+
+def the_schedule_preview_names_each_runs_language_and_profile(dagster_ui: dict, browser) -> None:
+    """Dagster's preview of a tick lists each run request by its job alone; a request's details
+    (its row's config button) show its tags: the language and the profile."""
+    browser.get(
+        f"{dagster_ui['base']}/locations/pipelines.definitions/schedules/weekly_retrain_schedule"
+    )
+    wait_for_text(browser, "Preview tick result", STARTUP_SECONDS)
+    dismiss_community_dialog(browser)
+    browser.find_element(By.XPATH, "//button[contains(., 'Preview tick result')]").click()
+    wait_for_text(browser, "Continue", 30)
+    buttons = browser.find_elements(By.XPATH, "//button[contains(., 'Continue')]")
+    [button for button in buttons if button.is_displayed()][-1].click()
+    codes = load_registry().codes
+    wait_for_text(browser, rf"{len(codes)} run requests", 60)
+    rows = [b for b in browser.find_elements(By.XPATH, "//td//button") if b.is_displayed()]
+    assert len(rows) == len(codes)
+    rows[0].click()
+    text = wait_for_text(browser, r"psp/language: \w+", 30)
+    browser.save_screenshot(str(artifacts_dir() / "dagster-ui-schedule-preview.png"))
+    assert f"psp/language: {codes[0]}" in text and "psp/profile: paper" in text
+    assert "psp/trigger: schedule" in text
 
 
 def materialize_one_language_partition_from_the_ui(dagster_ui: dict, browser) -> None:
@@ -246,6 +270,10 @@ def materialize_one_language_partition_from_the_ui(dagster_ui: dict, browser) ->
         browser.save_screenshot(str(shots / "dagster-ui-runs.png"))
     assert "Success" in text, dagster_ui["log"].read_text()[-4000:]
     assert "partition: de" in text
+    # launched from the UI, the run is tagged with its language and profile as it starts
+    browser.get(f"{base}/runs")
+    text = wait_for_text(browser, r"psp/profile: \w+", 30)
+    assert "psp/language: de" in text, text
     assert (dagster_ui["storage"] / "de" / "raw_pairs" / "pairs.parquet").is_file()
     assert not (dagster_ui["storage"] / "fr").exists()
     browser.get(f"{base}/assets/raw_pairs?view=partitions")
