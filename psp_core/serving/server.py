@@ -324,6 +324,16 @@ def _worker(settings: ServeSettings, ready, supervisor, heartbeat, level: int) -
 
     from psp_core.models.bundle_config import BundleError
 
+    # SIGTERM ends the process normally, so its multiprocessing objects are released, not
+    # reported leaked by the resource tracker after the supervisor's last line: while the model
+    # loads, and after uvicorn's graceful shutdown, which raises SIGTERM again under the
+    # handler found at its start (this one)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # tqdm's default lock is a multiprocessing one (in a spawned process, a named semaphore that
+    # a killed worker would leave behind): one process needs only a thread lock
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
     log_with_pid(level)
     allocate_arrow_from_malloc()
     # Ctrl-C reaches the whole process group: the supervisor alone acts on it, stopping every
@@ -345,10 +355,6 @@ def _worker(settings: ServeSettings, ready, supervisor, heartbeat, level: int) -
         ready.send(f"worker {os.getpid()}: {type(error).__name__}: {error} (traceback above)")
         raise
     config = uvicorn_config(app, settings, lifespan="on")
-    # uvicorn shuts down gracefully on SIGTERM, then raises it again under the handler found
-    # at its start: this one ends the process normally (its multiprocessing semaphores
-    # released, not reported leaked by the resource tracker)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     uvicorn.Server(config).run(sockets=[sock])
 
 
