@@ -192,6 +192,15 @@ def save_bundle(
     return directory
 
 
+def _hub_hint(directory: str | Path) -> str:
+    """For a missing relative ``ORG/NAME`` (how sentence-transformers and model2vec name Hub
+    models): how to ask for the Hub instead."""
+    path = Path(directory)
+    if not path.exists() and not path.is_absolute() and len(path.parts) == 2:
+        return f" (a model on the Hugging Face Hub is named hf://{path.as_posix()})"
+    return ""
+
+
 def read_config(directory: str | Path) -> BundleConfig:
     path = Path(directory) / CONFIG_FILE
     if not Path(directory).is_dir():
@@ -223,7 +232,9 @@ def load_bundle(directory: str | Path) -> tuple[BundleConfig, bytes, np.ndarray]
     (``hf://ORG/NAME``) is fetched first (:mod:`psp_core.models.hub`)."""
     from psp_core.models.hub import model_folder
 
-    directory = model_folder(directory).resolve()
+    given, directory = directory, model_folder(directory).resolve()
+    if not directory.is_dir():
+        raise BundleError(f"model bundle {directory} is not a directory{_hub_hint(given)}")
     config = read_config(directory)
     for name in (SPM_FILE, EMBEDDINGS_FILE, *config.files):
         if not (directory / name).is_file():

@@ -188,3 +188,14 @@ def test_export_train_and_serve_take_a_hub_id(hub, tmp_path, toy_training_file, 
         np.testing.assert_allclose(answer.data[0].embedding, want, rtol=1e-5, atol=1e-6)
     finally:
         server.stop()
+
+
+def test_a_bare_hub_name_is_a_folder_and_the_error_says_how_to_ask_the_hub(tmp_path) -> None:
+    """``org/name`` stays a local path (a folder may be named so); where there is none, the
+    one line says how to name the Hub model."""
+    done = subprocess.run(
+        [str(PSP_SCRIPT), "info", "org/psp-de"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    one_error_line(done.stderr, "org/psp-de is not a directory", "named hf://org/psp-de")
