@@ -52,9 +52,7 @@ def run_labels(run: DagsterRun) -> dict[str, str]:
     if PROFILE_TAG not in run.tags:
         resource = ((run.run_config or {}).get("resources") or {}).get("profile") or {}
         named = (resource.get("config") or {}).get("name")
-        labels[PROFILE_TAG] = str(
-            getattr(named, "value", named) or profile_from_environment().value
-        )
+        labels[PROFILE_TAG] = str(named or profile_from_environment().value)
     return labels
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from psp_core.cli.arguments import port_number, positive_int
 from psp_core.extras import require
-from psp_core.models.hub import hub_folder, is_hub_id
+from psp_core.models.hub import model_folder
 from psp_core.models.registry import NO_STORAGE_ROOT, STORAGE_ENV, STORAGE_ROOT_HELP, storage_root
 from psp_core.serving.limits import Limits
 
@@ -231,12 +231,10 @@ def served_folders(args: argparse.Namespace) -> dict[str, Path]:
             name, sep, path = item.partition("=")
             if not sep or not name or not path:
                 raise ValueError(f"--model {item!r}: expected NAME=PATH")
-            if is_hub_id(path):
-                folders[name] = hub_folder(path)
-                continue
-            if not Path(path).is_dir():
+            folder = model_folder(path)  # (a Hub model: fetched, or found in the cache)
+            if not folder.is_dir():
                 raise ValueError(f"--model {item!r}: {path} is not a folder")
-            folders[name] = Path(path)
+            folders[name] = folder
         return folders
     root = storage_root(args.storage_root)
     if root is None:

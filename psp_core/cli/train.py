@@ -14,7 +14,7 @@ from psp_core.cli.errors import CliError, require_file
 from psp_core.extras import require
 from psp_core.files.output_files import check_outputs_apart
 from psp_core.models.bundle import check_bundle_output
-from psp_core.models.hub import hub_folder, is_hub_id
+from psp_core.models.hub import model_folder
 from psp_core.tokenization.tokenizer import PRETOKENIZERS
 from psp_core.training.config import TrainConfig
 
@@ -37,8 +37,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     require_file(Path(args.spm), "sentencepiece model")
     if args.dev_sts:
         require_file(Path(args.dev_sts), "dev STS file")
-    if is_hub_id(args.init_from):  # (fetched, or found in the Hub's cache)
-        args.init_from = str(hub_folder(args.init_from))
+    if args.init_from:  # (a Hub model: fetched, or found in the cache)
+        args.init_from = str(model_folder(args.init_from))
     if args.init_from and not Path(args.init_from).is_dir():
         raise CliError(f"--init-from {args.init_from} is not a model bundle directory")
     if args.max_length < 0:

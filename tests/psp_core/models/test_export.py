@@ -161,6 +161,26 @@ def test_bpe_sentencepiece_model_is_refused_naming_the_model_type(tmp_path, toy)
         build_tokenizer(proto)
 
 
+def test_texts_the_vocabulary_lacks_are_what_docs_exports_md_says_in_each(tmp_path, trained_bundle):
+    """docs/exports.md: such a text has nothing to embed in psp_core (zero), while the exports,
+    which cannot drop the word-boundary piece, give every such text that piece's direction."""
+    _skip_without("sentence_transformers")
+    _skip_without("model2vec")
+    from model2vec import StaticModel
+    from sentence_transformers import SentenceTransformer
+
+    texts = ["👍", "ωψχ 日本語", "🎉🎉 ☃"]
+    assert not load_model(trained_bundle).embed(texts).any()
+    st = export_model(trained_bundle, "sentence-transformers", tmp_path / "st")
+    m2v = export_model(trained_bundle, "model2vec", tmp_path / "m2v")
+    for vectors in (
+        SentenceTransformer(str(st), device="cpu").encode(texts),
+        StaticModel.from_pretrained(m2v).encode(texts),
+    ):
+        assert np.linalg.norm(vectors, axis=1).min() > 0
+        np.testing.assert_allclose(cosines(vectors, vectors[[0, 0, 0]]), 1.0, rtol=1e-5)
+
+
 def test_a_byte_fallback_vocabulary_exports_with_the_same_vectors(tmp_path, toy):
     """With byte fallback, a character outside the pieces is its UTF-8 bytes' pieces in psp_core
     and in both exports: texts the vocabulary lacks get vectors of their own, the same in all
