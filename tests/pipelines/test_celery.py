@@ -20,6 +20,7 @@ extra). The whole cluster (PostgreSQL, the daemon, a backfill) is ``scripts/clus
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -64,21 +65,32 @@ class Cluster:
         self.run: subprocess.Popen | None = None
 
     def worker(self, name: str, app: str = "pipelines.celery_worker", **env: str) -> None:
+        """Start worker ``name`` and wait until it answers a ping on the broker."""
         extra = self.env | {"PSP_TEST_WORKER": name} | env
         cs.start_worker(self.services, name, extra, self.tmp, app=app)
-        code = (
-            "import sys; from pipelines.celery_worker import app\n"
-            "sys.exit(0 if app.control.ping([sys.argv[1]], timeout=1.0) else 1)\n"
-        )
         host = f"{name}@{socket.gethostname()}"
         cs.wait_for(
-            lambda: (
-                subprocess.run([sys.executable, "-c", code, host], env=self.env).returncode == 0
-            ),
-            name,
-            120,
-            interval=0.5,
+            lambda: bool(self.control.control.ping([host], timeout=1.0)), name, 120, interval=0.2
         )
+
+    @functools.cached_property
+    def control(self):
+        """A Celery app with the workers' settings and broker, in this process: pings cost no
+        interpreter of their own."""
+        from dagster_celery.executor import CeleryExecutor
+        from dagster_celery.make_app import make_app
+
+        from pipelines import celery_settings
+
+        broker = self.env["PSP_CELERY_BROKER"]
+        executor = CeleryExecutor.for_cli(
+            broker=broker, backend=broker, config_source=celery_settings.config_source()
+        )
+        return make_app(executor.app_args())
+
+    def close(self) -> None:
+        if "control" in self.__dict__:
+            self.control.close()
 
     def start_run(self) -> None:
         config = self.tmp / "run.yaml"
@@ -130,6 +142,7 @@ def cluster(tmp_path):
     finally:
         if handle.run is not None and handle.run.poll() is None:
             handle.run.kill()
+        handle.close()
         for name in reversed(list(services.started)):  # nothing here needs a clean shutdown
             services.kill(name)
         assert services.left_running() == []
