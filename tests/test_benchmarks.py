@@ -82,33 +82,3 @@ def test_quick_run_prints_one_json_object(
     assert isinstance(result, dict) and result, f"{script} printed {completed.stdout[:200]!r}"
     if "skipped" in result:
         pytest.skip(f"{script}: {result['skipped']}")
-
-
-def test_the_warm_interpreter_runs_a_script_as_python_would(tmp_path: Path) -> None:
-    """As ``python SCRIPT ARGS``: ``__main__``, its arguments, a module beside it importable,
-    the environment given; a failure's status and traceback come back, and one script's state
-    is not the next one's."""
-    (tmp_path / "beside.py").write_text("VALUE = 'beside'\n")
-    script = tmp_path / "script.py"
-    script.write_text(
-        "import os, sys\n"
-        "import beside\n"
-        "STATE = globals().setdefault('STATE', [])\n"
-        "if __name__ == '__main__':\n"
-        "    print(beside.VALUE, sys.argv[1:], os.environ['WARM_TEST'], 'json' in sys.modules)\n"
-        "    sys.modules['json'].marker = True\n"
-        "    if sys.argv[1] == 'fail':\n"
-        "        raise ValueError('broken')\n"
-        "    sys.exit(int(sys.argv[1]))\n"
-    )
-    environment = os.environ | {"WARM_TEST": "set"}
-    with WarmInterpreter(["json"], environment=environment, cwd=tmp_path) as warm:
-        ok = warm.run(script, ["0"], tmp_path, timeout=60)
-        assert (ok.returncode, ok.stdout) == (0, "beside ['0'] set True\n")
-        three = warm.run(script, ["3"], tmp_path, timeout=60)
-        assert three.returncode == 3
-        failed = warm.run(script, ["fail"], tmp_path, timeout=60)
-        assert failed.returncode == 1 and "ValueError: broken" in failed.stderr
-        check = tmp_path / "check.py"
-        check.write_text("import json\nprint(hasattr(json, 'marker'))\n")
-        assert warm.run(check, [], tmp_path, timeout=60).stdout == "False\n"

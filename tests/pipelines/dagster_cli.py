@@ -19,6 +19,7 @@ import yaml
 
 from tests.ops.opus_server import OpusServer
 from tests.pipelines.corpora import write_eval_dir
+from tests.warm_interpreter import WarmInterpreter, WarmProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
@@ -54,28 +55,53 @@ def write_config(path: Path, profile: str, *, epochs: int, in_process: bool) -> 
     return path
 
 
+#: what a run imports that takes seconds (never a module of the project, which reads its
+#: settings from the environment as it is imported)
+RUN_LIBRARIES = ["numpy", "pyarrow", "pandas", "h5py", "sentencepiece", "torch", "dagster._cli"]
+
+
 class Runs:
     """Starts ``dagster job execute`` processes (each in a session of its own) and kills every
-    one still alive, with its step processes, on exit."""
+    one still alive, with its step processes, on exit.
 
-    def __init__(self) -> None:
-        self.started: list[subprocess.Popen] = []
+    ``warm``: each run is forked from a warm interpreter (``tests/warm_interpreter.py``) that has
+    imported :data:`RUN_LIBRARIES` once: the same command line, environment and folder, without
+    seconds of imports per run, for tests that start a dozen runs."""
+
+    def __init__(self, warm: bool = False) -> None:
+        self.started: list[subprocess.Popen | WarmProcess] = []
+        self.warm = None
+        if warm:
+            environment = os.environ | {"PYTHONPATH": str(ROOT)}
+            self.warm = WarmInterpreter(RUN_LIBRARIES, environment=environment, cwd=ROOT)
 
     def execute(
         self, job: str, config: Path, env: dict, log: Path, partition: str | None = "de"
-    ) -> subprocess.Popen:
-        command = [DAGSTER, "job", "execute", "-m", "pipelines.definitions", "-j", job]
+    ) -> subprocess.Popen | WarmProcess:
+        arguments = ["job", "execute", "-m", "pipelines.definitions", "-j", job]
         if partition is not None:
-            command += ["--tags", json.dumps({"dagster/partition": partition})]
-        command += ["-c", str(config)]
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=open(log, "wb"),  # noqa: SIM115 (the child holds it)
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+            arguments += ["--tags", json.dumps({"dagster/partition": partition})]
+        arguments += ["-c", str(config)]
+        return self.script(DAGSTER, arguments, env, log)
+
+    def script(
+        self, script: str, arguments: list[str], env: dict, log: Path
+    ) -> subprocess.Popen | WarmProcess:
+        """``script arguments`` (an executable, or a Python file when warm) from the repository
+        root, standard output and error into ``log``."""
+        if self.warm is not None:
+            process = self.warm.start(
+                script, arguments, stdout=log, env=env, cwd=ROOT, new_session=True
+            )
+        else:
+            process = subprocess.Popen(
+                [script, *arguments],
+                cwd=ROOT,
+                env=env,
+                stdout=open(log, "wb"),  # noqa: SIM115 (the child holds it)
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.started.append(process)
         return process
 
@@ -87,6 +113,8 @@ class Runs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        if self.warm is not None:
+            self.warm.close()
 
 
 def kill_in_each_stage(
@@ -119,7 +147,8 @@ def kill_in_each_stage(
         assert process.poll() is None, tail(logs[-1])
         delay = rng.uniform(0.0, 1.5)
         time.sleep(delay)
-        os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # ended and reaped already (warm runs)
+            os.killpg(process.pid, signal.SIGKILL)
         kills.append((stage, round(delay, 2), process.wait(), f"seed {seed}"))
     return kills, logs
 

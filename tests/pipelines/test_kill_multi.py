@@ -1,12 +1,11 @@
 """``kill -9`` anywhere in the multilingual model's run, then run again: the same outputs,
-nothing left behind (as tests/pipelines/test_kill_anywhere.py does for a language's run)."""
+nothing left behind (as tests/pipelines/test_kill_anywhere.py does for a language's run, with its
+runs forked from a warm interpreter too)."""
 
 from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -55,23 +54,19 @@ def test_kill_9_in_every_stage_of_the_multilingual_model_then_a_rerun_finishes_i
             )
         )
         envs = {}
-        for name in ("ref", "f"):
-            envs[name] = dagster_env(tmp_path, server, name) | {
-                "PSP_LANGUAGES": str(tmp_path / "languages.toml"),
-                "PSP_PARANMT_URL": f"{server.base_url}/para-nmt-50m.zip",
-            }
-            prepared = subprocess.run(
-                [sys.executable, "scripts/prepare_multi.py"],
-                cwd=ROOT,
-                env=envs[name],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert prepared.returncode == 0, prepared.stdout + prepared.stderr
-            assert "[2/2] en: ready" in prepared.stdout
         logs = []
-        with Runs() as runs:
+        with Runs(warm=True) as runs:
+            for name in ("ref", "f"):
+                envs[name] = dagster_env(tmp_path, server, name) | {
+                    "PSP_LANGUAGES": str(tmp_path / "languages.toml"),
+                    "PSP_PARANMT_URL": f"{server.base_url}/para-nmt-50m.zip",
+                }
+                logs.append(tmp_path / f"prepare-{name}.log")
+                prepared = runs.script(
+                    str(ROOT / "scripts" / "prepare_multi.py"), [], envs[name], logs[-1]
+                )
+                assert prepared.wait(300) == 0, tail(logs[-1])
+                assert "[2/2] en: ready" in logs[-1].read_text()
             logs.append(tmp_path / "reference.log")
             run = runs.execute("psp_multi_job", config, envs["ref"], logs[-1], partition=None)
             assert run.wait(300) == 0, tail(logs[-1])
