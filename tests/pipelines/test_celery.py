@@ -64,14 +64,28 @@ class Cluster:
         self.log = tmp_path / "run.log"
         self.run: subprocess.Popen | None = None
 
-    def worker(self, name: str, app: str = "pipelines.celery_worker", **env: str) -> None:
-        """Start worker ``name`` and wait until it answers a ping on the broker."""
-        extra = self.env | {"PSP_TEST_WORKER": name} | env
-        cs.start_worker(self.services, name, extra, self.tmp, app=app)
-        host = f"{name}@{socket.gethostname()}"
-        cs.wait_for(
-            lambda: bool(self.control.control.ping([host], timeout=1.0)), name, 120, interval=0.2
-        )
+    def worker(
+        self,
+        *names: str,
+        app: str = "pipelines.celery_worker",
+        and_run: bool = False,
+        **env: str,
+    ) -> None:
+        """Start the workers ``names`` side by side (``and_run``: and the run, whose steps wait
+        in the queue meanwhile), then wait until each answers a ping on the broker."""
+        for name in names:
+            extra = self.env | {"PSP_TEST_WORKER": name} | env
+            cs.start_worker(self.services, name, extra, self.tmp, app=app)
+        if and_run:
+            self.start_run()
+        for name in names:
+            host = f"{name}@{socket.gethostname()}"
+            cs.wait_for(
+                lambda host=host: bool(self.control.control.ping([host], timeout=1.0)),
+                name,
+                120,
+                interval=0.2,
+            )
 
     @functools.cached_property
     def control(self):
@@ -159,9 +173,7 @@ def _retried_once_and_succeeded(cluster: Cluster, *reasons: str) -> None:
 def test_a_pool_process_whose_worker_died_stops_itself(cluster):
     """``kill -9`` of the worker's main process alone: its pool process (non-daemonic, so that
     steps may start processes) would train on unwatched beside the retry; it stops itself."""
-    cluster.worker("worker-1")
-    cluster.worker("worker-2")
-    cluster.start_run()
+    cluster.worker("worker-1", "worker-2", and_run=True)
     victim = cluster.attempt(1)
     os.kill(cluster.services.started[victim["worker"]].pid, signal.SIGKILL)
     cs.wait_for(lambda: not cs.alive(victim["pid"]), "the orphaned pool process to stop", 5)
@@ -174,9 +186,7 @@ def test_a_step_whose_pool_process_is_killed_is_retried_on_a_live_worker(cluster
     """Only the process running the step, as the OOM killer would. (A whole worker killed is
     the restart test's first half and the main-process test's lease path, and the cluster
     e2e's worker kill.)"""
-    cluster.worker("worker-1")
-    cluster.worker("worker-2")
-    cluster.start_run()
+    cluster.worker("worker-1", "worker-2", and_run=True)
     victim = cluster.attempt(1)
     os.kill(victim["pid"], signal.SIGKILL)
     assert cluster.finish() == 0, cluster.output()[-4000:]
@@ -189,8 +199,7 @@ def test_a_worker_restarted_under_the_same_name_runs_the_retry(cluster):
     """One worker, killed and restarted at once under its name: the retry can only run on the
     restarted one. Per-host pings never noticed the loss (the name answers again) and waited for
     ever; here the old task's lease is not renewed, whoever answers to its worker's name."""
-    cluster.worker("worker-1")
-    cluster.start_run()
+    cluster.worker("worker-1", and_run=True)
     cluster.attempt(1)
     cluster.services.kill("worker-1")
     cluster.worker("worker-1")
@@ -201,8 +210,7 @@ def test_a_worker_restarted_under_the_same_name_runs_the_retry(cluster):
 
 
 def test_stopping_a_run_whose_worker_is_dead_ends_it(cluster):
-    cluster.worker("worker-1")
-    cluster.start_run()
+    cluster.worker("worker-1", and_run=True)
     cluster.attempt(1)
     cluster.services.kill("worker-1")
     time.sleep(1.0)
@@ -220,9 +228,7 @@ def test_a_worker_whose_main_process_is_paused_finishes_its_step(cluster):
     """SIGSTOP to the worker's main process alone, longer than a lost step's silence: its pool
     process runs on, renewing the step's lease, and reports the result itself."""
     cluster.env["PSP_TEST_FIRST_ATTEMPT_SECONDS"] = str(LOST_AFTER + 4)
-    cluster.worker("worker-1")
-    cluster.worker("worker-2")
-    cluster.start_run()
+    cluster.worker("worker-1", "worker-2", and_run=True)
     first = cluster.attempt(1)
     cluster.services.pause(first["worker"], whole_group=False)
     time.sleep(LOST_AFTER + 2)
@@ -236,9 +242,7 @@ def test_a_worker_whose_main_process_is_paused_finishes_its_step(cluster):
 def test_a_paused_worker_never_runs_beside_the_retry_of_its_step(cluster):
     """SIGSTOP to the worker's whole process group past the lease: the step is retried on the
     other worker; resumed (SIGCONT), the paused copy stops itself before it stamps again."""
-    cluster.worker("worker-1")
-    cluster.worker("worker-2")
-    cluster.start_run()
+    cluster.worker("worker-1", "worker-2", and_run=True)
     first = cluster.attempt(1)
     cluster.services.pause(first["worker"], whole_group=True)
     second = cluster.attempt(2, timeout=60)
