@@ -66,7 +66,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", default="demo")
     parser.add_argument("--variant", choices=sorted(VARIANTS), help="(one variant's process)")
     _common.add_data_arguments(parser)
-    _common.add_quick_argument(parser, "de only, its first pairs, the smoke profile")
+    _common.add_quick_argument(
+        parser,
+        "de only, its first pairs, the smoke profile, the unknown-pieces vocabulary only (the one "
+        "whose scoring also runs the rule before)",
+    )
     return parser.parse_args()
 
 
@@ -174,7 +178,7 @@ def main() -> int:
         run_variant(args, args.variant)
         return 0
     out: dict = {"machine": _common.machine_info(), "profile": args.profile, "languages": {}}
-    for variant in VARIANTS:
+    for variant in ["unknown"] if args.quick else VARIANTS:
         root = args.root / variant
         env = os.environ | {
             "PSP_LANGUAGES": str(registry_for(args, variant)),
