@@ -51,6 +51,8 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 STARTUP_SECONDS = 120
 RUN_SECONDS = 120
+#: how often a wait looks at the page again
+POLL_SECONDS = 0.25
 
 
 def free_port() -> int:
@@ -100,7 +102,7 @@ def dagster_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict
                     break
             except requests.RequestException:
                 pass
-            time.sleep(1)
+            time.sleep(POLL_SECONDS)
         else:
             pytest.fail(f"dagster dev did not answer on {base} in {STARTUP_SECONDS}s")
         yield {
@@ -150,15 +152,22 @@ def body_text(driver) -> str:
 
 
 def wait_for_text(driver, pattern: str, seconds: float = 60) -> str:
-    WebDriverWait(driver, seconds, poll_frequency=1).until(
+    WebDriverWait(driver, seconds, poll_frequency=POLL_SECONDS).until(
         lambda d: re.search(pattern, body_text(d))
     )
     return body_text(driver)
 
 
 def dismiss_community_dialog(driver) -> None:
-    for button in driver.find_elements(By.XPATH, "//button[normalize-space()='Skip']"):
+    """Skip Dagster's community dialog, which a browser profile shows once: after it was
+    skipped, no later page waits for it (each look for an absent button waits the implicit
+    wait)."""
+    if getattr(driver, "psp_dialog_skipped", False):
+        return
+    buttons = driver.find_elements(By.XPATH, "//button[normalize-space()='Skip']")
+    for button in buttons:
         button.click()
+    driver.psp_dialog_skipped = bool(buttons)
 
 
 def launchpad_config(driver) -> str:
@@ -232,7 +241,7 @@ def materialize_one_language_partition_from_the_ui(dagster_ui: dict, browser) ->
     # the launchpad opens with the few fields a run sets (the profile among them, on screen),
     # not every stage's force flag and the download retry settings
     browser.get(f"{base}/locations/pipelines.definitions/jobs/psp_language_job/playground")
-    WebDriverWait(browser, 60, poll_frequency=1).until(lambda d: launchpad_config(d))
+    WebDriverWait(browser, 60, poll_frequency=POLL_SECONDS).until(lambda d: launchpad_config(d))
     dismiss_community_dialog(browser)
     lines = launchpad_config(browser).splitlines()
     browser.save_screenshot(str(shots / "dagster-ui-launchpad.png"))
@@ -258,7 +267,7 @@ def materialize_one_language_partition_from_the_ui(dagster_ui: dict, browser) ->
     assert launch.text in ("Launch run", "Launch 1 run", "Launch backfill"), launch.text
     browser.save_screenshot(str(shots / "dagster-ui-launch-dialog.png"))
     launch.click()
-    WebDriverWait(browser, 30, poll_frequency=0.5).until(
+    WebDriverWait(browser, 30, poll_frequency=POLL_SECONDS).until(
         lambda d: "Launch runs to materialize" not in body_text(d)
     )
 
@@ -304,7 +313,7 @@ def a_trained_language_shows_its_loss_picture_checks_and_progress(
     # the pictures show inline (each value under the UI's 1,000-character limit): no click
     row = "//tr[td[normalize-space()='loss_curve']]"
     assert not browser.find_elements(By.XPATH, f"{row}//*[contains(text(), 'Show Markdown')]")
-    pictures = WebDriverWait(browser, 30, poll_frequency=1).until(
+    pictures = WebDriverWait(browser, 30, poll_frequency=POLL_SECONDS).until(
         lambda d: [
             img
             for img in d.find_elements(By.TAG_NAME, "img")
@@ -355,7 +364,7 @@ def a_trained_language_shows_its_loss_picture_checks_and_progress(
     with DagsterInstance.from_config(str(dagster_ui["home"])) as instance:
         (run,) = [r for r in instance.get_runs() if r.job_name == "psp_language_job"]
     browser.get(f"{base}/runs/{run.run_id}")
-    search = WebDriverWait(browser, RUN_SECONDS, poll_frequency=1).until(
+    search = WebDriverWait(browser, RUN_SECONDS, poll_frequency=POLL_SECONDS).until(
         lambda d: d.find_elements(By.CSS_SELECTOR, "input[placeholder*='Filter']")
     )
     search[0].send_keys("eta epoch")
