@@ -158,8 +158,11 @@ class WarmInterpreter:
         cwd: Path | None = None,
         new_session: bool = False,
     ) -> WarmProcess:
-        """Start ``script`` with ``arguments`` in a child and return at once. ``stderr``
-        ``None``: into ``stdout``'s file; ``env`` ``None``: the server's environment."""
+        """Start ``script`` with ``arguments`` in a child and return at once (its output files
+        exist by then). ``stderr`` ``None``: into ``stdout``'s file; ``env`` ``None``: the
+        server's environment."""
+        for path in {Path(stdout), Path(stderr or stdout)}:  # there once this returns
+            path.touch()
         request = {
             "script": str(script),
             "arguments": arguments,
