@@ -1,6 +1,7 @@
 """Every benchmark script (benchmarks/*.py) runs its ``--quick`` version, the script's own code
 path on tiny settings, and prints one JSON object on stdout: a script broken by a change of the
-packages fails here rather than on the day someone measures with it.
+packages fails here rather than on the day someone measures with it. A script whose own test
+already runs its quick version and reads its JSON (``RUN_ELSEWHERE``) is not run a second time.
 
 Each runs as a user runs it (``python benchmarks/NAME.py --quick``: from the repository root, as
 ``__main__``, in a process of its own) with a temporary ``--results-dir``, so nothing is written
@@ -24,7 +25,13 @@ from tests.warm_interpreter import WarmInterpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-SCRIPTS = sorted(path.name for path in BENCHMARKS.glob("*.py") if not path.name.startswith("_"))
+#: scripts whose quick run another test makes and reads (it would run here a second time)
+RUN_ELSEWHERE = {"retrain_weeks.py": ROOT / "tests" / "test_retrain_weeks.py"}
+SCRIPTS = sorted(
+    path.name
+    for path in BENCHMARKS.glob("*.py")
+    if not path.name.startswith("_") and path.name not in RUN_ELSEWHERE
+)
 #: what the scripts need beside the project (a GPU for gpu_speed.py, the shared data for the rest)
 NEEDS = {"gpu_speed.py": pytest.mark.gpu}
 TIMEOUT_S = 180
@@ -82,3 +89,12 @@ def test_quick_run_prints_one_json_object(
     assert isinstance(result, dict) and result, f"{script} printed {completed.stdout[:200]!r}"
     if "skipped" in result:
         pytest.skip(f"{script}: {result['skipped']}")
+
+
+@pytest.mark.parametrize("script", sorted(RUN_ELSEWHERE))
+def test_a_script_left_out_here_has_its_quick_run_read_by_its_own_test(script: str) -> None:
+    """Each script left out above exists, and its test runs it with ``--quick`` and parses the
+    JSON it prints."""
+    assert (BENCHMARKS / script).is_file()
+    text = RUN_ELSEWHERE[script].read_text(encoding="utf-8")
+    assert f'"{script}"' in text and '"--quick"' in text and "json.loads(" in text
