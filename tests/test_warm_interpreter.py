@@ -89,3 +89,7 @@ def test_started_children_run_side_by_side_each_in_its_session_environment_and_f
         assert (folders[0] / "log").read_text() == f"{folders[0]} a extra True\n"
         os.killpg(sleeper.pid, signal.SIGKILL)
         assert sleeper.wait(30) == -9
+        # a child that cannot even start (no such folder) fails alone; the server goes on
+        lost = warm.start(script, ["end"], stdout=tmp_path / "lost.log", cwd=tmp_path / "gone")
+        assert lost.wait(30) == 1
+        assert start("end", folders[0]).wait(60) == 5

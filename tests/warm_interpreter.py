@@ -95,8 +95,12 @@ while not closed or children:
     while b"\n" in pending:
         line, pending = pending.split(b"\n", 1)
         child = os.fork()
-        if child == 0:
-            run(json.loads(line))
+        if child == 0:  # never back into this loop, whatever fails before the script runs
+            try:
+                run(json.loads(line))
+            except BaseException:
+                traceback.print_exc()
+            os._exit(1)
         children.add(child)
         say({"pid": child})
 """
