@@ -81,14 +81,14 @@ class Cluster:
         for name in names:
             host = f"{name}@{socket.gethostname()}"
             cs.wait_for(
-                lambda host=host: bool(self.control.control.ping([host], timeout=1.0)),
+                lambda host=host: bool(self.celery_app.control.ping([host], timeout=1.0)),
                 name,
                 120,
                 interval=0.2,
             )
 
     @functools.cached_property
-    def control(self):
+    def celery_app(self):
         """A Celery app with the workers' settings and broker, in this process: pings cost no
         interpreter of their own."""
         from dagster_celery.executor import CeleryExecutor
@@ -103,8 +103,8 @@ class Cluster:
         return make_app(executor.app_args())
 
     def close(self) -> None:
-        if "control" in self.__dict__:
-            self.control.close()
+        if "celery_app" in self.__dict__:
+            self.celery_app.close()
 
     def start_run(self) -> None:
         config = self.tmp / "run.yaml"
