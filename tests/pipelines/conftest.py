@@ -18,6 +18,15 @@ from assets.settings.resources import (
 )
 from tests.ops.conftest import opus_server  # noqa: F401  (the fixture, reused)
 from tests.ops.opus_server import OpusServer
+from tests.pipelines.dagster_cli import warm_run_interpreter
+
+
+@pytest.fixture(scope="session")
+def warm_runs():
+    """One warm interpreter per test process for the tests' ``dagster job execute`` runs
+    (``Runs(warm_runs)``), started by the first test that asks for it."""
+    with warm_run_interpreter() as warm:
+        yield warm
 
 
 def loopback_resources(

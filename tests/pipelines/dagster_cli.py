@@ -60,20 +60,25 @@ def write_config(path: Path, profile: str, *, epochs: int, in_process: bool) -> 
 RUN_LIBRARIES = ["numpy", "pyarrow", "pandas", "h5py", "sentencepiece", "torch", "dagster._cli"]
 
 
+def warm_run_interpreter() -> WarmInterpreter:
+    """A warm interpreter for :class:`Runs` (its environment's ``PYTHONPATH`` this checkout; each
+    run brings its own environment)."""
+    environment = os.environ | {"PYTHONPATH": str(ROOT)}
+    return WarmInterpreter(RUN_LIBRARIES, environment=environment, cwd=ROOT)
+
+
 class Runs:
     """Starts ``dagster job execute`` processes (each in a session of its own) and kills every
     one still alive, with its step processes, on exit.
 
-    ``warm``: each run is forked from a warm interpreter (``tests/warm_interpreter.py``) that has
-    imported :data:`RUN_LIBRARIES` once: the same command line, environment and folder, without
-    seconds of imports per run, for tests that start a dozen runs."""
+    ``warm`` (the ``warm_runs`` fixture's :func:`warm_run_interpreter`): each run is forked from
+    that warm interpreter (``tests/warm_interpreter.py``), which has imported
+    :data:`RUN_LIBRARIES` once: the same command line, environment and folder, without seconds
+    of imports per run."""
 
-    def __init__(self, warm: bool = False) -> None:
+    def __init__(self, warm: WarmInterpreter | None = None) -> None:
         self.started: list[subprocess.Popen | WarmProcess] = []
-        self.warm = None
-        if warm:
-            environment = os.environ | {"PYTHONPATH": str(ROOT)}
-            self.warm = WarmInterpreter(RUN_LIBRARIES, environment=environment, cwd=ROOT)
+        self.warm = warm
 
     def execute(
         self, job: str, config: Path, env: dict, log: Path, partition: str | None = "de"
@@ -113,8 +118,6 @@ class Runs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        if self.warm is not None:
-            self.warm.close()
 
 
 def kill_in_each_stage(

@@ -133,7 +133,9 @@ def _run_started_event(run):
 
 
 @pytest.mark.slow
-def test_kill_9_during_training_does_not_block_the_next_run(tmp_path, monkeypatch) -> None:
+def test_kill_9_during_training_does_not_block_the_next_run(
+    tmp_path, monkeypatch, warm_runs
+) -> None:
     server = OpusServer().start()
     try:
         publish_de(server, build_moses_zip)
@@ -147,7 +149,7 @@ def test_kill_9_during_training_does_not_block_the_next_run(tmp_path, monkeypatc
         endless = write_config(
             tmp_path / "endless.yaml", "smoke.yaml", epochs=100_000, in_process=False
         )
-        with Runs() as runs:
+        with Runs(warm_runs) as runs:
             prepare = runs.execute("psp_language_job", quick, env, logs[0])
             assert prepare.wait(timeout=300) == 0, tail(logs[0])
 

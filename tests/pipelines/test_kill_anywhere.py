@@ -5,7 +5,7 @@ instance and storage root then sees its run killed (the whole process group, ``S
 random moment of every stage in turn, each time started again, and finally run to the end,
 which must need no manual step: every data output byte-identical to the reference, the same
 files and nothing else (no temporary file, no checkpoint, no partial download), every killed run
-marked failed and no pool slot held. The runs are forked from a warm interpreter (``Runs(warm=True)``):
+marked failed and no pool slot held. The runs are forked from a warm interpreter (``warm_runs``):
 the same command, without its seconds of imports each time.
 """
 
@@ -75,7 +75,7 @@ def _sts(storage: Path) -> dict:
 
 @pytest.mark.slow
 def test_kill_9_at_random_points_of_every_stage_then_a_rerun_finishes_identically(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, warm_runs
 ) -> None:
     # a new seed each run (PSP_FAULT_SEED repeats one), named in every failure message
     seed = int(os.environ.get("PSP_FAULT_SEED") or time.time_ns() % 2**32)
@@ -86,7 +86,7 @@ def test_kill_9_at_random_points_of_every_stage_then_a_rerun_finishes_identicall
         config = write_config(tmp_path / "smoke.yaml", "smoke.yaml", epochs=2, in_process=True)
         reference, faulty = dagster_env(tmp_path, server, "ref"), dagster_env(tmp_path, server, "f")
         logs = []
-        with Runs(warm=True) as runs:
+        with Runs(warm_runs) as runs:
             logs.append(tmp_path / "reference.log")
             assert runs.execute("psp_language_job", config, reference, logs[-1]).wait(300) == 0
             kills, killed_logs = kill_in_each_stage(

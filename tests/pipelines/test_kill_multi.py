@@ -34,7 +34,7 @@ sampling_alpha = 0.3
 
 @pytest.mark.slow
 def test_kill_9_in_every_stage_of_the_multilingual_model_then_a_rerun_finishes_identically(
-    tmp_path: Path,
+    tmp_path: Path, warm_runs
 ) -> None:
     seed = int(os.environ.get("PSP_FAULT_SEED") or time.time_ns() % 2**32)
     rng = random.Random(seed)
@@ -55,7 +55,7 @@ def test_kill_9_in_every_stage_of_the_multilingual_model_then_a_rerun_finishes_i
         )
         envs = {}
         logs = []
-        with Runs(warm=True) as runs:
+        with Runs(warm_runs) as runs:
             for name in ("ref", "f"):
                 envs[name] = dagster_env(tmp_path, server, name) | {
                     "PSP_LANGUAGES": str(tmp_path / "languages.toml"),

@@ -50,7 +50,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_runs_are_stored_in_postgres_and_survive_a_server_restart(tmp_path, monkeypatch) -> None:
+def test_runs_are_stored_in_postgres_and_survive_a_server_restart(
+    tmp_path, monkeypatch, warm_runs
+) -> None:
     port = _free_port()
     credentials = {
         "PSP_PG_USER": "psp",
@@ -73,7 +75,7 @@ def test_runs_are_stored_in_postgres_and_survive_a_server_restart(tmp_path, monk
         env = dagster_env(tmp_path, server) | credentials
         postgres.write_instance(Path(env["DAGSTER_HOME"]))
         config = write_config(tmp_path / "smoke.yaml", "smoke.yaml", epochs=1, in_process=True)
-        with Runs() as runs:
+        with Runs(warm_runs) as runs:
             first = runs.execute("psp_language_job", config, env, tmp_path / "first.log")
             assert first.wait(300) == 0, tail(tmp_path / "first.log")
             # the server goes down and comes back between two runs
