@@ -71,42 +71,30 @@ class Runs:
     """Starts ``dagster job execute`` processes (each in a session of its own) and kills every
     one still alive, with its step processes, on exit.
 
-    ``warm`` (the ``warm_runs`` fixture's :func:`warm_run_interpreter`): each run is forked from
-    that warm interpreter (``tests/warm_interpreter.py``), which has imported
+    Each run is forked from ``warm`` (the ``warm_runs`` fixture's :func:`warm_run_interpreter`), a
+    warm interpreter (``tests/warm_interpreter.py``), which has imported
     :data:`RUN_LIBRARIES` once: the same command line, environment and folder, without seconds
     of imports per run."""
 
-    def __init__(self, warm: WarmInterpreter | None = None) -> None:
-        self.started: list[subprocess.Popen | WarmProcess] = []
+    def __init__(self, warm: WarmInterpreter) -> None:
+        self.started: list[WarmProcess] = []
         self.warm = warm
 
     def execute(
         self, job: str, config: Path, env: dict, log: Path, partition: str | None = "de"
-    ) -> subprocess.Popen | WarmProcess:
+    ) -> WarmProcess:
         arguments = ["job", "execute", "-m", "pipelines.definitions", "-j", job]
         if partition is not None:
             arguments += ["--tags", json.dumps({"dagster/partition": partition})]
         arguments += ["-c", str(config)]
         return self.script(DAGSTER, arguments, env, log)
 
-    def script(
-        self, script: str, arguments: list[str], env: dict, log: Path
-    ) -> subprocess.Popen | WarmProcess:
-        """``script arguments`` (an executable, or a Python file when warm) from the repository
-        root, standard output and error into ``log``."""
-        if self.warm is not None:
-            process = self.warm.start(
-                script, arguments, stdout=log, env=env, cwd=ROOT, new_session=True
-            )
-        else:
-            process = subprocess.Popen(
-                [script, *arguments],
-                cwd=ROOT,
-                env=env,
-                stdout=open(log, "wb"),  # noqa: SIM115 (the child holds it)
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+    def script(self, script: str, arguments: list[str], env: dict, log: Path) -> WarmProcess:
+        """The Python script ``script`` with ``arguments``, from the repository root, in a
+        session of its own, standard output and error into ``log``."""
+        process = self.warm.start(
+            script, arguments, stdout=log, env=env, cwd=ROOT, new_session=True
+        )
         self.started.append(process)
         return process
 
