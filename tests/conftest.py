@@ -4,7 +4,9 @@ that build training files and model bundles from it. Everything is generated off
 from __future__ import annotations
 
 import io
+import os
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,17 @@ from psp_core.tokenization.tokenizer import Tokenizer
 from psp_core.training.training_file import TrainingFileWriter
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One OpenMP thread for torch in this process and the processes the tests start, unless
+    the caller set ``OMP_NUM_THREADS``: the tests run side by side, one xdist worker per core,
+    and a torch parallel region whose other thread waits for a core held by the other worker
+    spins on its own (benchmarks/RESULTS.md#test-suite)."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        if "torch" in sys.modules:  # (imported before this hook: the variable came too late)
+            sys.modules["torch"].set_num_threads(1)
 
 
 def _word(rng: random.Random, letters: str) -> str:

@@ -26,6 +26,7 @@ DIM = 1024  # (a paper-sized vector: a maximum answer is tens of megabytes of JS
 CLIENTS = 12
 SEND_TIMEOUT = 2.0
 JSON_TYPE = {"Content-Type": "application/json"}
+TCP_ESTABLISHED = 1  # (the first byte of Linux's struct tcp_info)
 
 
 def maximum_request(toy) -> bytes:
@@ -41,6 +42,12 @@ def non_reader(port: int, request: bytes) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (takes little of the answer)
     sock.sendall(request)
     return sock
+
+
+def ended_by_the_server(sock: socket.socket) -> bool:
+    """Whether the server closed or reset the connection (its kernel state, read without
+    taking any of the answer: reading would let the server send more)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != TCP_ESTABLISHED
 
 
 def cut_short(sock: socket.socket, seconds: float) -> bool:
@@ -79,12 +86,18 @@ def test_answers_nobody_reads_are_bounded_and_given_up_after_the_send_timeout(
         before, peaks, afters = server.rss_mb(), [], []
         for _ in range(2):  # the same again: nothing more is kept
             clients = [non_reader(server.port, request) for _ in range(CLIENTS)]
-            peak, held_since = 0.0, time.monotonic()
-            # (the answers are made, the clients take none for the timeout, the allocator is
-            # asked to give the memory back a second later)
+            peak, held_since, ended_at = 0.0, time.monotonic(), None
+            # (the answers are made, the clients take none for the timeout, the server ends
+            # their connections and asks the allocator to give the memory back a second later)
             while time.monotonic() - held_since < 3 * SEND_TIMEOUT + 2:
                 peak = max(peak, server.rss_mb())
+                if ended_at is None and all(ended_by_the_server(sock) for sock in clients):
+                    ended_at = time.monotonic()
+                if ended_at is not None and time.monotonic() - ended_at > 2 * TRIM_DELAY:
+                    break
                 time.sleep(0.1)
+            assert ended_at is not None, "the server kept connections nobody read from"
+            assert ended_at - held_since >= SEND_TIMEOUT  # (not before the client had its time)
             peaks.append(peak - before)
             afters.append(server.rss_mb() - before)
             assert all(cut_short(sock, 10) for sock in clients)
