@@ -21,15 +21,21 @@ from psp_core.training.training_file import TrainingFileWriter
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def one_openmp_thread_unless_set(environment: dict[str, str]) -> bool:
+    """Set ``OMP_NUM_THREADS=1`` in ``environment`` unless the caller set it; whether it did."""
+    if "OMP_NUM_THREADS" in environment:
+        return False
+    environment["OMP_NUM_THREADS"] = "1"
+    return True
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One OpenMP thread for torch in this process and the processes the tests start, unless
     the caller set ``OMP_NUM_THREADS``: the tests run side by side, one xdist worker per core,
     and a torch parallel region whose other thread waits for a core held by the other worker
     spins on its own (benchmarks/RESULTS.md#test-suite)."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        os.environ["OMP_NUM_THREADS"] = "1"
-        if "torch" in sys.modules:  # (imported before this hook: the variable came too late)
-            sys.modules["torch"].set_num_threads(1)
+    if one_openmp_thread_unless_set(os.environ) and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)  # (imported before this hook: too late for it)
 
 
 def _word(rng: random.Random, letters: str) -> str:
