@@ -219,12 +219,13 @@ print(sorted(rates)[2])
 """
 
 
-def split_by_pool(sentences: list[str], seconds: float) -> dict:
+def split_by_pool(sentences: list[str], seconds: float, sizes=(64, 2048)) -> dict:
     """What the server's choice of pyarrow pool costs the word cache's split of a request's texts
-    (batches of 64 and of 2,048 sentences, each pool in a fresh process; median of 5 timings)."""
+    (batches of each of ``sizes`` sentences, each pool in a fresh process; median of 5
+    timings)."""
     rates = {}
     for pool in ("mimalloc", "system"):
-        for size in (64, 2048):
+        for size in sizes:
             done = subprocess.run(
                 [sys.executable, "-c", SPLIT_TIMING, str(seconds)],
                 input=json.dumps(sentences[:size]),
@@ -250,7 +251,9 @@ def main(argv=None) -> None:
         "--code", type=Path, default=_common.REPO_ROOT, help="the checkout whose server to run"
     )
     _common.add_quick_argument(
-        parser, "embed_corpus.py's quick bundle, 3 clients of 300 inputs, one round, short timeouts"
+        parser,
+        "embed_corpus.py's quick bundle, 3 clients of 300 inputs, one round, short timeouts, "
+        "the word split timed on batches of 64",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -272,7 +275,11 @@ def main(argv=None) -> None:
             "machine": _common.machine_info(),
             "unread_answers": unread_rounds(args, args.code.resolve(), bundle, sentences),
             "hung_worker": hung_worker(args, bundle),
-            "word_split_by_arrow_pool": split_by_pool(sentences, 0.02 if args.quick else 1.0),
+            "word_split_by_arrow_pool": (
+                split_by_pool(sentences, 0.02, sizes=(64,))
+                if args.quick
+                else split_by_pool(sentences, 1.0)
+            ),
             "loadavg_at_end": _common.loadavg(),
         }
     )
