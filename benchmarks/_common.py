@@ -303,7 +303,7 @@ def spm_model(
 #: the sentencepiece model of a quick run: QUICK_VOCAB_SIZE pieces (``hard_vocab_limit`` off:
 #: fewer when the text has fewer) on the first QUICK_PAIRS pairs of the bitext
 QUICK_VOCAB_SIZE = 1000
-QUICK_PAIRS = 2000
+QUICK_PAIRS = 1000
 QUICK_DIM = 32
 #: training settings of a quick model (the smoke profile's, assets/settings/profiles.py)
 QUICK_TRAINING = {

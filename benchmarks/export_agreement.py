@@ -88,7 +88,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=0, help="STS sentences used; 0: all")
     _common.add_quick_argument(
         parser,
-        "the quick sentencepiece model, 2,000 pairs, dim 32, 1,000 STS sentences, 1 thread",
+        f"the quick sentencepiece model, {_common.QUICK_PAIRS:,} pairs, dim 32, "
+        "1,000 STS sentences, 1 thread",
     )
     args = parser.parse_args()
     if args.quick:

@@ -76,7 +76,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--sentences", type=int, default=0, help="STS sentences timed; 0: all")
     _common.add_quick_argument(
-        parser, "the quick sentencepiece model, 2,000 pairs, dim 32, 1,000 sentences, 1 repeat"
+        parser,
+        f"the quick sentencepiece model, {_common.QUICK_PAIRS:,} pairs, dim 32, 1,000 sentences, "
+        "1 repeat",
     )
     args = parser.parse_args()
     if args.quick:

@@ -79,7 +79,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dim", type=int, default=1024)
     _common.add_quick_argument(
-        parser, "the quick sentencepiece model, 2,000 pairs, dim 64 (prefixes 16, 4), one epoch"
+        parser,
+        f"the quick sentencepiece model, {_common.QUICK_PAIRS:,} pairs, dim 64 (prefixes 16, 4), "
+        "one epoch",
     )
     args = parser.parse_args()
     if args.quick:

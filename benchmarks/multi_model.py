@@ -195,7 +195,8 @@ def parse_args() -> argparse.Namespace:
     _common.add_data_arguments(parser)
     _common.add_quick_argument(
         parser,
-        "de and zh only (the first 2,000 pairs of each), the smoke profile, variant 1.0, the "
+        f"de and zh only (the first {_common.QUICK_PAIRS:,} pairs of each), the smoke profile, "
+        "variant 1.0, the "
         "first 100 lines of the evaluation sets, data ops in one process, root under "
         "--results-dir",
     )

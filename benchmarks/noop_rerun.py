@@ -64,7 +64,8 @@ def main() -> None:
     )
     _common.add_quick_argument(
         parser,
-        "the first 2,000 pairs of the partition's bitext, the first 100 lines of the evaluation "
+        f"the first {_common.QUICK_PAIRS:,} pairs of the partition's bitext, the first 100 lines "
+        "of the evaluation "
         "sets, data ops in one process, the first run's steps in one process, one rerun with the "
         "default executor",
     )

@@ -97,7 +97,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     _common.add_quick_argument(
         parser,
-        "the quick sentencepiece model, 2,000 pairs, dim 32, one epoch (at most 2 for the "
+        f"the quick sentencepiece model, {_common.QUICK_PAIRS:,} pairs, dim 32, one epoch "
+        "(at most 2 for the "
         "second optimizer), 1 thread",
     )
     args = parser.parse_args()

@@ -160,7 +160,8 @@ def main() -> int:
     )
     _common.add_quick_argument(
         parser,
-        "de only, the smoke profile, the first 2,000 pairs of the bitext, the first 100 lines "
+        f"de only, the smoke profile, the first {_common.QUICK_PAIRS:,} pairs of the bitext, "
+        "the first 100 lines "
         "of the evaluation sets, data ops in one process",
     )
     parser.add_argument("--child", nargs=2, metavar=("LANG", "PROFILE"), help=argparse.SUPPRESS)
