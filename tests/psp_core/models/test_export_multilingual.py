@@ -24,7 +24,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 LANGS = ("ar", "de", "es", "fr", "ru", "tr", "zh")
 SAMPLED = ("ar", "de", "ru", "tr", "zh")  # plus English: the sample the issue names
-TRAIN_PAIRS = 3000  # per language
+TRAIN_PAIRS = 1500  # per language
 SAMPLE_PER_LANG = 120
 
 
