@@ -7,6 +7,7 @@ import io
 import os
 import random
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from psp_core.training.training_file import TrainingFileWriter
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def one_openmp_thread_unless_set(environment: dict[str, str]) -> bool:
+def one_openmp_thread_unless_set(environment: MutableMapping[str, str]) -> bool:
     """Set ``OMP_NUM_THREADS=1`` in ``environment`` unless the caller set it; whether it did."""
     if "OMP_NUM_THREADS" in environment:
         return False
