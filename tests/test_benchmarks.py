@@ -38,16 +38,11 @@ TIMEOUT_S = 180
 
 
 def quick_environment() -> dict[str, str]:
-    """This interpreter's environment, with the checkout first on ``PYTHONPATH`` (the scripts
-    import ``psp_core``, ``ops``... from whatever checkout runs them), one OpenMP thread per
-    script (the suite runs tests side by side, and a torch parallel region waiting for a
-    descheduled thread turns every call slow) and no bytecode written beside the scripts."""
+    """This interpreter's environment (its one OpenMP thread from ``tests/conftest.py`` among
+    it), with the checkout first on ``PYTHONPATH`` (the scripts import ``psp_core``, ``ops``...
+    from whatever checkout runs them) and no bytecode written beside the scripts."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return os.environ | {
-        "PYTHONPATH": path,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    return os.environ | {"PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 #: what the scripts import that takes seconds; never a module of the project

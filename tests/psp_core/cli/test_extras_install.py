@@ -136,10 +136,8 @@ def fresh_environment(folder: Path, wheel: Path, requirements: list[str]) -> Pat
 
 def _clean_environment() -> dict[str, str]:
     drop = {"PYTHONPATH", "VIRTUAL_ENV"}
-    return {k: v for k, v in os.environ.items() if k not in drop} | {
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "OMP_NUM_THREADS": "1",
-    }
+    environment = {k: v for k, v in os.environ.items() if k not in drop}
+    return environment | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def run_in(bin_dir: Path, program: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess:

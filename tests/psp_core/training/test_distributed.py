@@ -130,7 +130,7 @@ def _torchrun_train(data: Path, spm_path: Path, output: Path, *options: str):
     argv += ["--output", str(output), "--dim", "16", "--max-megabatch", "2"]
     argv += ["--anneal-every", "0", "--batch-size", "16", "--lr", "0.05", "--device", "cpu"]
     argv += ["--num-threads", "1", "--log-every", "0", *options]
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     completed = subprocess.run(
         argv, capture_output=True, text=True, env=environment, timeout=120, cwd=REPO_ROOT
     )
