@@ -95,20 +95,20 @@ def main() -> None:
         base = yaml.safe_load(args.profile.read_text())
         if args.quick:  # worker processes cost more than a slice of pairs: the ops run inline
             base.setdefault("resources", {})["compute"] = {"config": {"workers": 1}}
-        configs = {}
-        for executor in ["default", *filter(None, args.executors.split(","))]:
+
+        def config_for(executor: str) -> Path:
             config = copy.deepcopy(base)
             if executor != "default":
                 config["execution"] = {"config": {executor: {}}}
-            configs[executor] = work / f"{executor}.yaml"
-            configs[executor].write_text(yaml.safe_dump(config))
+            path = work / f"{executor}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            return path
+
+        executors = ["default", *filter(None, args.executors.split(","))]
+        configs = {executor: config_for(executor) for executor in executors}
         log = work / "runs.log"
-        first_config = configs["default"]
-        if args.quick:  # (the run that fills the storage, not measured: its steps in one process)
-            first_config = work / "first.yaml"
-            first_config.write_text(
-                yaml.safe_dump({**base, "execution": {"config": {"in_process": {}}}})
-            )
+        # (the run that fills the storage is not measured: with --quick, its steps in one process)
+        first_config = config_for("in_process") if args.quick else configs["default"]
         first = execute(args.partition, first_config, env, log)
         _common.log.info("first run (everything computed): %.1f s", first)
         outputs = snapshot(work / "storage" / args.partition)
