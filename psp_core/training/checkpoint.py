@@ -54,6 +54,7 @@ from psp_core.files.output_files import check_output_directory, os_error_code
 from psp_core.models.bundle import file_record
 from psp_core.models.bundle_config import CHECKSUM
 from psp_core.training.config import TrainConfig
+from psp_core.training.optim import TrainingOptimizer
 
 STATE_FILE = "state.json"
 WEIGHTS_FILE = "weights.safetensors"
@@ -123,7 +124,7 @@ class TrainingState:
     epoch_seconds: float = 0.0
 
 
-def _optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+def _optimizer_to_tensors(optimizer: TrainingOptimizer) -> tuple[dict, dict]:
     state_dict = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, Any] = {"param_groups": state_dict["param_groups"], "state": {}}
@@ -332,7 +333,7 @@ class CheckpointStore:
     def save(
         self,
         weight: torch.Tensor,
-        optimizer: torch.optim.Optimizer,
+        optimizer: TrainingOptimizer,
         state: TrainingState,
         fingerprint: dict[str, Any],
     ) -> None:
@@ -383,7 +384,7 @@ class CheckpointStore:
     def restore(
         self,
         weight: torch.Tensor,
-        optimizer: torch.optim.Optimizer,
+        optimizer: TrainingOptimizer,
         fingerprint: dict[str, Any],
     ) -> TrainingState:
         """Load the newest checkpoint that reads back whole into ``weight`` and ``optimizer``;
@@ -418,7 +419,7 @@ class CheckpointStore:
         )
 
     def _restore_step(
-        self, step: Path, weight: torch.Tensor, optimizer: torch.optim.Optimizer, fingerprint
+        self, step: Path, weight: torch.Tensor, optimizer: TrainingOptimizer, fingerprint
     ) -> TrainingState:
         """Load ``step`` into ``weight`` and ``optimizer``; :class:`_DamagedStep` names the file
         that does not read back."""

@@ -10,12 +10,13 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import torch
 from torch import nn
 
 
-class LazyAdam(torch.optim.Optimizer):
+class LazyAdam:
     """Adam for sparse gradients that updates only the rows present in the gradient.
 
     The same update and state (``step``, ``exp_avg``, ``exp_avg_sq``) as
@@ -27,6 +28,12 @@ class LazyAdam(torch.optim.Optimizer):
     each piece's passes then stay in the core's cache, and no step asks the system for fresh
     pages: a cheaper step, with the same results bit for bit
     (benchmarks/RESULTS.md#train-profile).
+
+    It answers as a ``torch.optim.Optimizer`` does where training uses one (``param_groups``,
+    ``state``, ``step``, ``zero_grad``, ``state_dict`` and ``load_state_dict``, in the same
+    format) without deriving from it: the base class imports ``torch._dynamo`` on first use,
+    seconds of every training process's start that training without ``torch.compile`` never
+    needs (benchmarks/RESULTS.md#train-start).
     """
 
     #: rows gathered and updated at once (2 MiB of float32 moments at dim 1024)
@@ -35,8 +42,62 @@ class LazyAdam(torch.optim.Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
         if lr <= 0 or eps <= 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"invalid LazyAdam settings lr={lr} betas={betas} eps={eps}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+        params = list(params)
+        if not params or not all(isinstance(p, torch.Tensor) for p in params):
+            raise ValueError("LazyAdam takes a non-empty list of tensors")
+        self.defaults = dict(lr=lr, betas=tuple(betas), eps=eps)
+        self.param_groups: list[dict] = [{**self.defaults, "params": params}]
+        self.state: defaultdict[torch.Tensor, dict] = defaultdict(dict)
         self._pieces: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _params(self) -> list[torch.Tensor]:
+        return [param for group in self.param_groups for param in group["params"]]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for param in self._params():
+            if param.grad is None:
+                continue
+            if set_to_none:
+                param.grad = None
+            else:
+                param.grad = param.grad.detach()
+                param.grad.zero_()
+
+    def state_dict(self) -> dict:
+        """``torch.optim.Optimizer.state_dict``'s format: the state by parameter number, the
+        groups with their parameters' numbers."""
+        numbers = {id(param): number for number, param in enumerate(self._params())}
+        groups, start = [], 0
+        for group in self.param_groups:
+            count = len(group["params"])
+            groups.append({**group, "params": list(range(start, start + count))})
+            start += count
+        state = {numbers[id(param)]: values for param, values in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Take a :meth:`state_dict` back: ValueError where it does not fit these parameters
+        (other groups, numbers or shapes); the moments are moved to each parameter's device and
+        dtype."""
+        groups = state_dict["param_groups"]
+        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in self.param_groups]:
+            raise ValueError("the saved parameter groups differ from the optimizer's")
+        params = dict(zip((n for g in groups for n in g["params"]), self._params(), strict=True))
+        state: defaultdict[torch.Tensor, dict] = defaultdict(dict)
+        for number, values in state_dict["state"].items():
+            param = params.get(int(number))
+            if param is None:
+                raise ValueError(f"state for a parameter number {number} the optimizer lacks")
+            for key, value in values.items():
+                if isinstance(value, torch.Tensor):
+                    if value.shape != param.shape:
+                        raise ValueError(f"{key} is {tuple(value.shape)}, its parameter "
+                                         f"{tuple(param.shape)}")  # fmt: skip
+                    value = value.to(device=param.device, dtype=param.dtype)
+                state[param][key] = value
+        for group, saved in zip(self.param_groups, groups, strict=True):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = state
 
     def _piece_buffers(self, param: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         key = (tuple(param.shape[1:]), param.dtype, param.device)
@@ -86,7 +147,11 @@ class LazyAdam(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(model: nn.Module, kind: str, lr: float) -> torch.optim.Optimizer:
+#: what :func:`build_optimizer` returns
+TrainingOptimizer = torch.optim.Optimizer | LazyAdam
+
+
+def build_optimizer(model: nn.Module, kind: str, lr: float) -> TrainingOptimizer:
     params = list(model.parameters())
     if kind == "sparse":
         return LazyAdam(params, lr=lr)

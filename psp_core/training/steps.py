@@ -19,7 +19,7 @@ from psp_core.training.distributed import DistributedContext
 from psp_core.training.encoder import MeanEmbeddingEncoder
 from psp_core.training.loss import margin_loss, nested_margin_loss
 from psp_core.training.negative_mining import mine_hard_negatives, sentence_hashes
-from psp_core.training.optim import clip_gradient_norm
+from psp_core.training.optim import TrainingOptimizer, clip_gradient_norm
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -141,7 +141,7 @@ def _mine_by_group(
 
 def train_megabatch(
     model: MeanEmbeddingEncoder,
-    optimizer: torch.optim.Optimizer,
+    optimizer: TrainingOptimizer,
     mega: PairBatch,
     settings: StepSettings,
     *,

@@ -25,6 +25,7 @@ from tests.psp_core.serving.test_supervisor import gone, worker_pids
 DIM = 1024  # (a paper-sized vector: a maximum answer is tens of megabytes of JSON)
 CLIENTS = 12
 SEND_TIMEOUT = 2.0
+VECTORS_MB = 2048 * DIM * 4 / 2**20  # (one maximum answer's vectors, float32)
 JSON_TYPE = {"Content-Type": "application/json"}
 TCP_ESTABLISHED = 1  # (the first byte of Linux's struct tcp_info)
 
@@ -84,7 +85,9 @@ def test_answers_nobody_reads_are_bounded_and_given_up_after_the_send_timeout(
             assert read_whole.status_code == 200
         time.sleep(2 * TRIM_DELAY)
         before, peaks, afters = server.rss_mb(), [], []
-        for _ in range(2):  # the same again: nothing more is kept
+        # three rounds: what the allocator keeps after a round varies by tens of MB from round
+        # to round, while answers kept by mistake would add to it each round
+        for _ in range(3):
             clients = [non_reader(server.port, request) for _ in range(CLIENTS)]
             peak, held_since, ended_at = 0.0, time.monotonic(), None
             # (the answers are made, the clients take none for the timeout, the server ends
@@ -107,7 +110,9 @@ def test_answers_nobody_reads_are_bounded_and_given_up_after_the_send_timeout(
         # stay; streamed, each holds its vectors and a piece at most (docs/serving.md)
         assert max(peaks) < CLIENTS * 35, (before, peaks, afters)
         assert max(afters) < CLIENTS * 12, (before, peaks, afters)
-        assert afters[1] - afters[0] < 40, (before, peaks, afters)
+        # nothing more kept round after round: two rounds add less than half of what keeping
+        # each client's vectors would
+        assert afters[-1] - afters[0] < 2 * CLIENTS * VECTORS_MB / 2, (before, peaks, afters)
         # and a client that reads gets the whole answer, the same vectors as a small request's
         texts = [" ".join(pair) for pair in toy.pairs(600)]
         large = httpx.post(

@@ -1,3 +1,4 @@
+import copy
 import io
 import json
 import signal
@@ -354,6 +355,66 @@ def test_lazy_adam_matches_torch_sparse_adam(piece_rows):
         if r not in {s % 20 for s in range(30)} | {(3 * s) % 20 for s in range(30)} | {7}
     ]
     assert all(torch.equal(lazy.state[ours]["exp_avg"][r], torch.zeros(5)) for r in untouched)
+
+
+def test_lazy_adam_state_goes_back_into_one_and_what_does_not_fit_is_refused():
+    """``state_dict`` / ``load_state_dict`` in ``torch.optim``'s format: a second optimizer given
+    the first's state steps to the same weights; other groups or shapes are a ValueError."""
+    torch.manual_seed(1)
+    first = torch.nn.Parameter(torch.randn(12, 4))
+    second = torch.nn.Parameter(first.detach().clone())
+    optimizer = LazyAdam([first], lr=0.01)
+
+    def sparse_step(optimizer, param, rows, values):
+        param.grad = torch.sparse_coo_tensor(rows.unsqueeze(0), values, tuple(param.shape))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        assert param.grad is None
+
+    grads = [(torch.tensor([i % 12, 5]), torch.randn(2, 4)) for i in range(6)]
+    for rows, values in grads[:3]:
+        sparse_step(optimizer, first, rows, values)
+    saved = optimizer.state_dict()
+    assert saved["param_groups"] == [{"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8,
+                                      "params": [0]}]  # fmt: skip
+    assert sorted(saved["state"][0]) == ["exp_avg", "exp_avg_sq", "step"]
+    with torch.no_grad():
+        second.copy_(first)
+    resumed = LazyAdam([second], lr=0.5)  # (the saved rate is taken back)
+    # as a checkpoint gives it back: tensors of its own, the betas a JSON list
+    copied = copy.deepcopy(saved)
+    copied["param_groups"][0]["betas"] = [0.9, 0.999]
+    resumed.load_state_dict(copied)
+    assert resumed.param_groups[0]["lr"] == 0.01
+    for rows, values in grads[3:]:
+        sparse_step(optimizer, first, rows, values)
+        sparse_step(resumed, second, rows, values)
+    assert torch.equal(first, second)
+    other_shape = LazyAdam([torch.nn.Parameter(torch.zeros(13, 4))])
+    with pytest.raises(ValueError, match="exp_avg is"):
+        other_shape.load_state_dict(saved)
+    two = LazyAdam([torch.nn.Parameter(torch.zeros(12, 4)), torch.nn.Parameter(torch.zeros(3))])
+    with pytest.raises(ValueError, match="parameter groups differ"):
+        two.load_state_dict(saved)
+
+
+def test_training_with_the_default_optimizer_does_not_import_torch_dynamo(
+    tmp_path, toy_training_file, spm_path
+):
+    """``torch.optim.Optimizer`` imports ``torch._dynamo`` on first use, seconds of a training
+    process's start; the default (sparse) optimizer does without it, checkpoints included."""
+    script = (
+        "import sys; from psp_core import TrainConfig, train\n"
+        "train(sys.argv[1], sys.argv[2], sys.argv[3], TrainConfig(dim=8, batch_size=16, "
+        "max_megabatch=1, max_steps=4, checkpoint_every=2, log_every=0))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torch._dynamo')))"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(toy_training_file), str(spm_path), str(tmp_path / "m")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
