@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED_REGISTRY = ROOT / "configs" / "languages-shared-data.toml"
 #: pairs per language in the small copy of the shared data the profiles run on
 SMALL = 1500
+#: sentences the multilingual model's 20k-50k vocabularies are trained on in these runs
+SPM_SAMPLE = 6000
 
 
 def test_a_run_value_wins_over_the_profile_and_the_profile_over_the_registry() -> None:
@@ -216,7 +218,12 @@ def test_every_profile_runs_the_multilingual_model(small_world: dict, monkeypatc
         config: dict = {"resources": {"profile": {"config": {"name": profile.value}}}}
         stages = [*names, "multi_evaluation"]
         if profile != Profile.smoke:
-            config["ops"] = {"multi_psp_model": {"config": {"max_steps": 3}}}
+            # the profile's model for a few mini-batches, its vocabulary (the size it asks for,
+            # which the data caps) from a sample of the sentences
+            config["ops"] = {
+                "multi_sentencepiece_model": {"config": {"input_sentence_size": SPM_SAMPLE}},
+                "multi_psp_model": {"config": {"max_steps": 3}},
+            }
             stages = names
         assets = [defs.get_assets_def(name) for name in stages]
         result = materialize(assets, resources=resources, run_config=config)
