@@ -11,7 +11,10 @@ Measures, repeating each and reporting best and median seconds:
 * ``hash_gb_s``: throughput of xxh3_128 (the bundle's checksum) and sha256 (hashlib) on the
   table in memory, and of the bundle's block-wise file checksum on the written file;
 * ``finite_check_s``: the finiteness check of the table (``min``/``max``) beside
-  ``np.isfinite(table).all()``.
+  ``np.isfinite(table).all()``;
+* ``tokenizer_s``: sentencepiece's load of the model, the ``Tokenizer`` with its word cache,
+  and the reading of the model behind the word cache's check, without the pieces (as it is
+  done) and with every piece decoded.
 
 Files are read from the page cache (just written): the figures are the CPU cost of
 verification, not disk speed. The sentencepiece model is the benchmarks' cached 50k model
@@ -78,6 +81,28 @@ def throughput(seconds: dict, size: int) -> float | None:
     return round(size / seconds["best"] / 1e9, 2) if seconds["best"] > 0 else None
 
 
+def tokenizer_seconds(proto: bytes, repeats: int) -> dict:
+    """What making a model's tokenizer costs: sentencepiece's own load, the whole
+    ``Tokenizer`` with its word cache, and the model reading behind the word cache's check
+    (``word_independent``): without the pieces, as it does, and with every piece decoded."""
+    import sentencepiece as spm
+
+    from psp_core.tokenization.sentencepiece_spec import SentencePieceSpec
+    from psp_core.tokenization.tokenizer import Tokenizer
+
+    return interleaved(
+        {
+            "sentencepiece load": lambda: spm.SentencePieceProcessor(model_proto=proto),
+            "Tokenizer with its word cache": lambda: Tokenizer(proto, word_cache_size=100_000),
+            "spec without the pieces (the check)": lambda: SentencePieceSpec.parse(
+                proto, pieces=False
+            ),
+            "spec with every piece": lambda: SentencePieceSpec.parse(proto),
+        },
+        repeats,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _common.setup_logging(args.verbose)
@@ -130,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         file_hash = timed(lambda: file_record(bundle / EMBEDDINGS_FILE), args.repeats)
         file_size = (bundle / EMBEDDINGS_FILE).stat().st_size
 
+    tokenizer = tokenizer_seconds(proto, args.repeats)
     view = memoryview(table).cast("B")
     xxh3 = timed(lambda: xxhash.xxh3_128(view).hexdigest(), args.repeats)
     sha256 = timed(lambda: hashlib.sha256(view).hexdigest(), args.repeats)
@@ -155,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "hash_s": {"xxh3_128": xxh3, "sha256": sha256, "xxh3_128 file": file_hash},
             "finite_check_s": finite,
+            "tokenizer_s": tokenizer,
             "spm": spm_info,
             "repeats": args.repeats,
             "machine": machine,

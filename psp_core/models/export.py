@@ -48,7 +48,6 @@ from psp_core.tokenization.sentencepiece_spec import (
     _NORMAL,
     _UNIGRAM,
     _UNKNOWN,
-    _USER_DEFINED,
     SentencePieceSpec,
     SpecError,
 )
@@ -90,7 +89,7 @@ def _unsupported(spec: SentencePieceSpec, pretokenizer: str) -> list[str]:
         problems.append("sentencepiece escape_whitespaces=false")
     if not spec.remove_extra_whitespaces:
         problems.append("sentencepiece remove_extra_whitespaces=false")
-    if any(kind == _USER_DEFINED for _, _, kind in spec.pieces):
+    if spec.user_defined:
         problems.append("sentencepiece user-defined pieces (matched before Viterbi)")
     if not any(kind == _UNKNOWN for _, _, kind in spec.pieces):
         problems.append("a sentencepiece model without an unknown piece")

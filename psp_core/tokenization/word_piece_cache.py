@@ -46,7 +46,7 @@ from typing import NamedTuple
 import numpy as np
 
 from psp_core.tokenization.csr import TokenBatch, row_sums
-from psp_core.tokenization.sentencepiece_spec import _UNIGRAM, _USER_DEFINED, SentencePieceSpec
+from psp_core.tokenization.sentencepiece_spec import _UNIGRAM, SentencePieceSpec
 
 #: the longest word the cache keeps (longer ones, rare in text, go to sentencepiece each time):
 #: with the byte budget, what keeps a stream of long unique "words" from growing the cache
@@ -70,7 +70,7 @@ def word_independent(model_proto: bytes) -> bool:
     """Whether the sentencepiece model (its serialized bytes) segments each whitespace-separated
     word on its own: a unigram model that splits on whitespace, with a dummy prefix, extra
     whitespace removed, and no user-defined pieces (which may match across words)."""
-    spec = SentencePieceSpec.parse(model_proto)
+    spec = SentencePieceSpec.parse(model_proto, pieces=False)
     return (
         spec.model_type == _UNIGRAM
         and spec.split_by_whitespace
@@ -78,7 +78,7 @@ def word_independent(model_proto: bytes) -> bool:
         and not spec.allow_whitespace_only_pieces
         and spec.add_dummy_prefix
         and spec.remove_extra_whitespaces
-        and not any(kind == _USER_DEFINED for _, _, kind in spec.pieces)
+        and not spec.user_defined
     )
 
 
