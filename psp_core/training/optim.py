@@ -32,7 +32,7 @@ class LazyAdam:
     It answers as a ``torch.optim.Optimizer`` does where training uses one (``param_groups``,
     ``state``, ``step``, ``zero_grad``, ``state_dict`` and ``load_state_dict``, in the same
     format) without deriving from it: the base class imports ``torch._dynamo`` on first use,
-    seconds of every training process's start that training without ``torch.compile`` never
+    a large part of every training process's start that training without ``torch.compile`` never
     needs (benchmarks/RESULTS.md#train-start).
     """
 
