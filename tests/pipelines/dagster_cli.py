@@ -108,6 +108,33 @@ class Runs:
             process.wait()
 
 
+#: the longest wait after a step's start before its run is killed (seconds)
+LONGEST_KILL_DELAY = 1.5
+
+
+def run_to_the_end(process, log: Path, stages: list[str], timeout: float) -> dict[str, float]:
+    """Wait for a started run to end (it must succeed), noting when each of ``stages``' steps
+    started in its ``log``: the seconds from each step's start to the run's end."""
+    started: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    while process.poll() is None:
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for the run to end\n{tail(log)}")
+        text, now = tail(log, 10**7), time.monotonic()
+        started |= {s: now for s in stages if s not in started and _step_started(s) in text}
+        time.sleep(0.05)
+    ended = time.monotonic()
+    assert process.wait() == 0, tail(log)
+    text = tail(log, 10**7)
+    missing = [stage for stage in stages if _step_started(stage) not in text]
+    assert missing == [], f"steps {missing} never started\n{tail(log)}"
+    return {stage: ended - started.get(stage, ended) for stage in stages}
+
+
+def _step_started(stage: str) -> str:
+    return f'Started execution of step "{stage}"'
+
+
 def kill_in_each_stage(
     runs: Runs,
     job: str,
@@ -118,25 +145,30 @@ def kill_in_each_stage(
     logs_dir: Path,
     rng,
     seed: int,
+    left_after_start: dict[str, float],
     partition: str | None = "de",
 ) -> tuple[list[tuple], list[Path]]:
     """For each stage in turn, start ``job``, wait for the stage's step to start, and kill the
-    run's whole process group (``SIGKILL``) after a random delay. Returns the kills (stage,
-    delay, exit status: -9 killed, 0 when it had finished first; and the seed) and the logs."""
+    run's whole process group (``SIGKILL``) after a random delay: at most
+    :data:`LONGEST_KILL_DELAY`, and within the first half of what was left of the reference run
+    after that step started (``left_after_start``, from :func:`run_to_the_end`), so that the
+    kill comes before the run ends. Returns the kills (stage, delay, exit status: -9 killed, 0
+    when it had finished first; and the seed) and the logs."""
     kills, logs = [], []
     for stage in stages:
         logs.append(logs_dir / f"killed-in-{stage}.log")
         process = runs.execute(job, config, env, logs[-1], partition=partition)
         wait_for(
             lambda log=logs[-1], p=process, stage=stage: (
-                f'Started execution of step "{stage}"' in tail(log, 10**7) or p.poll() is not None
+                _step_started(stage) in tail(log, 10**7) or p.poll() is not None
             ),
             240,
             f"step {stage} to start",
             logs[-1:],
+            every=0.05,  # (the kill's delay counts from here)
         )
         assert process.poll() is None, tail(logs[-1])
-        delay = rng.uniform(0.0, 1.5)
+        delay = rng.uniform(0.0, min(LONGEST_KILL_DELAY, left_after_start[stage] / 2))
         time.sleep(delay)
         with contextlib.suppress(ProcessLookupError):  # ended and reaped already (warm runs)
             os.killpg(process.pid, signal.SIGKILL)
@@ -148,12 +180,14 @@ def tail(path: Path, chars: int = 3000) -> str:
     return f"--- {path}\n{path.read_text(errors='replace')[-chars:]}" if path.exists() else ""
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, logs: list[Path]) -> None:
+def wait_for(
+    condition: Callable[[], bool], timeout: float, what: str, logs: list[Path], every: float = 0.2
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.2)
+        time.sleep(every)
     pytest.fail(f"timed out after {timeout}s waiting for {what}\n" + "\n".join(map(tail, logs)))
 
 

@@ -1,12 +1,13 @@
 """``kill -9`` anywhere in a language's run, then run again: the same outputs, nothing left.
 
-One uninterrupted ``dagster job execute`` of the smoke profile gives the reference. A second
-instance and storage root then sees its run killed (the whole process group, ``SIGKILL``) at a
-random moment of every stage in turn, each time started again, and finally run to the end,
-which must need no manual step: every data output byte-identical to the reference, the same
-files and nothing else (no temporary file, no checkpoint, no partial download), every killed run
-marked failed and no pool slot held. The runs are forked from a warm interpreter (``warm_runs``):
-the same command, without its seconds of imports each time.
+One uninterrupted ``dagster job execute`` of the smoke profile gives the reference (and how long
+its run went on after each step started). A second instance and storage root then sees its run
+killed (the whole process group, ``SIGKILL``) at a random moment of every stage in turn (within
+the first half of what the reference had left then), each time started again, and finally run
+to the end, which must need no manual step: every data output byte-identical to the reference,
+the same files and nothing else (no temporary file, no checkpoint, no partial download), every
+killed run marked failed and no pool slot held. The runs are forked from a warm interpreter
+(``warm_runs``): the same command, without its seconds of imports each time.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.pipelines.dagster_cli import (
     Runs,
     dagster_env,
     kill_in_each_stage,
+    run_to_the_end,
     tail,
     write_config,
 )
@@ -88,10 +90,11 @@ def test_kill_9_at_random_points_of_every_stage_then_a_rerun_finishes_identicall
         logs = []
         with Runs(warm_runs) as runs:
             logs.append(tmp_path / "reference.log")
-            assert runs.execute("psp_language_job", config, reference, logs[-1]).wait(300) == 0
+            run = runs.execute("psp_language_job", config, reference, logs[-1])
+            left_after_start = run_to_the_end(run, logs[-1], STAGES, 300)
             kills, killed_logs = kill_in_each_stage(
                 runs, "psp_language_job", STAGES, config=config, env=faulty,
-                logs_dir=tmp_path, rng=rng, seed=seed,
+                logs_dir=tmp_path, rng=rng, seed=seed, left_after_start=left_after_start,
             )  # fmt: skip
             logs += killed_logs
             logs.append(tmp_path / "final.log")

@@ -14,7 +14,14 @@ import yaml
 
 from tests.ops.opus_server import OpusServer, build_moses_zip
 from tests.pipelines.corpora import DE_EN_REGISTRY, paranmt_zip, publish_de
-from tests.pipelines.dagster_cli import ROOT, Runs, dagster_env, kill_in_each_stage, tail
+from tests.pipelines.dagster_cli import (
+    ROOT,
+    Runs,
+    dagster_env,
+    kill_in_each_stage,
+    run_to_the_end,
+    tail,
+)
 from tests.pipelines.test_kill_anywhere import _tree
 
 STAGES = [
@@ -69,10 +76,11 @@ def test_kill_9_in_every_stage_of_the_multilingual_model_then_a_rerun_finishes_i
                 assert "[2/2] en: ready" in logs[-1].read_text()
             logs.append(tmp_path / "reference.log")
             run = runs.execute("psp_multi_job", config, envs["ref"], logs[-1], partition=None)
-            assert run.wait(300) == 0, tail(logs[-1])
+            left_after_start = run_to_the_end(run, logs[-1], STAGES, 300)
             kills, killed_logs = kill_in_each_stage(
                 runs, "psp_multi_job", STAGES, config=config, env=envs["f"],
                 logs_dir=tmp_path, rng=rng, seed=seed, partition=None,
+                left_after_start=left_after_start,
             )  # fmt: skip
             logs += killed_logs
             logs.append(tmp_path / "final.log")
