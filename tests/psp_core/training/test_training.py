@@ -401,8 +401,9 @@ def test_lazy_adam_state_goes_back_into_one_and_what_does_not_fit_is_refused():
 def test_training_with_the_default_optimizer_does_not_import_torch_dynamo(
     tmp_path, toy_training_file, spm_path
 ):
-    """``torch.optim.Optimizer`` imports ``torch._dynamo`` on first use, a large part of a training
-    process's start; the default (sparse) optimizer does without it, checkpoints included."""
+    """``torch.optim.Optimizer`` imports ``torch._dynamo`` on first use, a large part of a
+    training process's start; the default (sparse) optimizer does without it, writing
+    checkpoints included."""
     script = (
         "import sys; from psp_core import TrainConfig, train\n"
         "train(sys.argv[1], sys.argv[2], sys.argv[3], TrainConfig(dim=8, batch_size=16, "
