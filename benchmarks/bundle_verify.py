@@ -12,9 +12,11 @@ Measures, repeating each and reporting best and median seconds:
   table in memory, and of the bundle's block-wise file checksum on the written file;
 * ``finite_check_s``: the finiteness check of the table (``min``/``max``) beside
   ``np.isfinite(table).all()``;
-* ``tokenizer_s``: sentencepiece's load of the model, the ``Tokenizer`` with its word cache,
-  and the reading of the model behind the word cache's check, without the pieces (as it is
-  done) and with every piece decoded.
+* ``first_tokenizer_in_a_process_s``: a fresh process's first ``Tokenizer`` with its word
+  cache, as ``psp embed`` and a server's model load make it (imports not counted);
+* ``tokenizer_s``: the same again in one process: sentencepiece's load of the model, the
+  ``Tokenizer`` with its word cache, and the reading of the model behind the word cache's
+  check, without the pieces (as it is done) and with every piece decoded.
 
 Files are read from the page cache (just written): the figures are the CPU cost of
 verification, not disk speed. The sentencepiece model is the benchmarks' cached 50k model
@@ -28,6 +30,8 @@ import hashlib
 import json
 import logging
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -81,10 +85,35 @@ def throughput(seconds: dict, size: int) -> float | None:
     return round(size / seconds["best"] / 1e9, 2) if seconds["best"] > 0 else None
 
 
+#: a fresh process's first ``Tokenizer`` (with its word cache) of the model at argv[1]: seconds
+FIRST_TOKENIZER = r"""
+import sys, time
+from psp_core.tokenization.tokenizer import Tokenizer
+proto = open(sys.argv[1], "rb").read()
+started = time.perf_counter()
+Tokenizer(proto, word_cache_size=100_000)
+print(time.perf_counter() - started)
+"""
+
+
+def first_tokenizer_seconds(spm_path: Path, repeats: int) -> dict:
+    """The first ``Tokenizer`` of a process, as ``psp embed`` or a server's model load makes
+    it: ``repeats`` fresh processes, imports not counted."""
+    times = []
+    for _ in range(repeats):
+        child = subprocess.run(
+            [sys.executable, "-c", FIRST_TOKENIZER, str(spm_path)],
+            capture_output=True, text=True, check=True, cwd=_common.REPO_ROOT,
+        )  # fmt: skip
+        times.append(float(child.stdout.strip().splitlines()[-1]))
+    return summary(times)
+
+
 def tokenizer_seconds(proto: bytes, repeats: int) -> dict:
-    """What making a model's tokenizer costs: sentencepiece's own load, the whole
-    ``Tokenizer`` with its word cache, and the model reading behind the word cache's check
-    (``word_independent``): without the pieces, as it does, and with every piece decoded."""
+    """What making a model's tokenizer costs again in one process: sentencepiece's own load,
+    the whole ``Tokenizer`` with its word cache, and the model reading behind the word cache's
+    check (``word_independent``): without the pieces, as it does, and with every piece
+    decoded."""
     import sentencepiece as spm
 
     from psp_core.tokenization.sentencepiece_spec import SentencePieceSpec
@@ -155,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         file_hash = timed(lambda: file_record(bundle / EMBEDDINGS_FILE), args.repeats)
         file_size = (bundle / EMBEDDINGS_FILE).stat().st_size
 
+    first_tokenizer = first_tokenizer_seconds(spm_path, args.repeats)
     tokenizer = tokenizer_seconds(proto, args.repeats)
     view = memoryview(table).cast("B")
     xxh3 = timed(lambda: xxhash.xxh3_128(view).hexdigest(), args.repeats)
@@ -181,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "hash_s": {"xxh3_128": xxh3, "sha256": sha256, "xxh3_128 file": file_hash},
             "finite_check_s": finite,
+            "first_tokenizer_in_a_process_s": first_tokenizer,
             "tokenizer_s": tokenizer,
             "spm": spm_info,
             "repeats": args.repeats,

@@ -94,8 +94,9 @@ class SentencePieceSpec:
     @classmethod
     def parse(cls, proto: bytes, *, pieces: bool = True) -> SentencePieceSpec:
         """The spec of a serialized model. ``pieces=False``: its settings and ``user_defined``
-        without the pieces (``[]``): only the few pieces whose bytes could hold the
-        user-defined type are decoded, a fraction of the time on a large vocabulary."""
+        without the pieces (``[]``, and ``unk_id`` left 0): only the few pieces whose bytes
+        could hold the user-defined type are decoded, a fraction of the time on a large
+        vocabulary."""
         try:
             model = _fields(proto)
             serialized = model.get(1, [])
