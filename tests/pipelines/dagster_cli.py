@@ -116,13 +116,13 @@ def run_to_the_end(process, log: Path, stages: list[str], timeout: float) -> dic
     """Wait for a started run to end (it must succeed), noting when each of ``stages``' steps
     started in its ``log``: the seconds from each step's start to the run's end."""
     started: dict[str, float] = {}
-    deadline = time.monotonic() + timeout
-    while process.poll() is None:
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for the run to end\n{tail(log)}")
+
+    def run_ended() -> bool:
         text, now = tail(log, 10**7), time.monotonic()
-        started |= {s: now for s in stages if s not in started and _step_started(s) in text}
-        time.sleep(0.05)
+        started.update({s: now for s in stages if s not in started and _step_started(s) in text})
+        return process.poll() is not None
+
+    wait_for(run_ended, timeout, "the run to end", [log], every=0.05)
     ended = time.monotonic()
     assert process.wait() == 0, tail(log)
     text = tail(log, 10**7)
